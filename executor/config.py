@@ -1,0 +1,81 @@
+"""Optional host configuration in /etc/casebox/casebox.toml; command-line flags override it.
+
+The file is closed like every other input: an unknown key or a wrong type is
+refused with exit 64 naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from typing import Any
+
+from executor.frontend import read_capped
+from journal.errors import Refused
+
+DEFAULT_PATH = "/etc/casebox/casebox.toml"
+CONFIG_MAX_BYTES = 65_536
+# A fixed, documented pair far above every distribution's login, system and
+# systemd DynamicUser ranges, and below 2^31 so no tool reads it as negative.
+DEFAULT_SANDBOX_ID = 2_000_000_000
+MAX_ID = 2**32 - 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    state_root: str = "/var/lib/casebox"
+    socket: str = "/run/casebox/steward.sock"
+    sandbox_uid: int = DEFAULT_SANDBOX_ID
+    sandbox_gid: int = DEFAULT_SANDBOX_ID
+    client_uids: tuple[int, ...] = (0,)
+    source: str = "built-in defaults"
+
+    def overridden(self, **flags: Any) -> "Config":
+        """This configuration with every flag that was given (not None) taking precedence."""
+        given = {name: value for name, value in flags.items() if value is not None}
+        if not given:
+            return self
+        for name, value in given.items():
+            _check(name, value, f"--{name.replace('_', '-')}")
+        return dataclasses.replace(self, **given)
+
+    def as_dict(self) -> dict[str, Any]:
+        values = dataclasses.asdict(self)
+        values["client_uids"] = list(self.client_uids)
+        return values
+
+
+def _check(name: str, value: Any, where: str) -> Any:
+    if name in ("state_root", "socket"):
+        if type(value) is not str or not value.startswith("/") or "\x00" in value:
+            raise Refused(where, "must be an absolute path")
+        return os.path.normpath(value)
+    if name in ("sandbox_uid", "sandbox_gid"):
+        if type(value) is not int or not 1 <= value <= MAX_ID:
+            raise Refused(where, f"must be an integer from 1 to {MAX_ID}")
+        return value
+    if name == "client_uids":
+        if type(value) not in (list, tuple) or not value or any(type(uid) is not int or not 0 <= uid <= MAX_ID for uid in value):
+            raise Refused(where, "must be a non-empty list of user ids")
+        return tuple(value)
+    raise Refused(where, "is not a known setting")
+
+
+def load(path: str | None = None) -> Config:
+    """The configuration at ``path``, or the default file if it exists, or the defaults."""
+    explicit = path is not None
+    path = path or DEFAULT_PATH
+    if not explicit and not os.path.exists(path):
+        return Config()
+    data = read_capped(path, CONFIG_MAX_BYTES)
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise Refused(path, "is not valid UTF-8") from None
+    except tomllib.TOMLDecodeError as error:
+        raise Refused(path, f"is not valid TOML ({error})") from None
+    settings = {name: _check(name, value, f"{path}: {name}") for name, value in table.items() if name != "source"}
+    if "source" in table:
+        raise Refused(f"{path}: source", "is not a known setting")
+    return Config(source=path, **settings)

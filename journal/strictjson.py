@@ -1,0 +1,240 @@
+"""Strict closed JSON: one reader that refuses, one canonical writer (DESIGN D1, D2).
+
+The reader takes bytes, never text, so nothing upstream can sniff an
+encoding. It returns plain ``dict``/``list``/``str``/``int``/``bool``/``None``
+values, or raises :class:`StrictJSONError` naming the JSON path and the rule.
+
+The writer emits RFC 8785 (JCS) bytes for this profile: integers only, keys
+sorted by UTF-16 code units, minimal escapes, no whitespace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from journal.errors import Refused
+
+MAX_DEPTH = 32
+MAX_NODES = 50_000
+MAX_SAFE_INTEGER = 2**53 - 1
+
+_BOM = b"\xef\xbb\xbf"
+# Longest decimal text of a safe integer, sign included; longer text cannot be in range
+# and must never reach int(), which refuses more than 4,300 digits with a ValueError.
+_MAX_INT_TEXT = len(str(-MAX_SAFE_INTEGER))
+
+
+def _forbidden_code_points() -> re.Pattern[str]:
+    ranges = ["\ud800-\udfff", "\ufdd0-\ufdef"]
+    for plane in range(17):
+        base = plane << 16
+        ranges.append(chr(base | 0xFFFE) + "-" + chr(base | 0xFFFF))
+    return re.compile("[" + "".join(ranges) + "]")
+
+
+_FORBIDDEN = _forbidden_code_points()
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class StrictJSONError(Refused):
+    """A JSON document broke a rule of the closed profile."""
+
+    @property
+    def path(self) -> str:
+        return self.where
+
+
+class _Token:
+    """A number or constant the profile refuses, kept until its path is known."""
+
+    __slots__ = ("kind", "text")
+
+    def __init__(self, kind: str, text: str) -> None:
+        self.kind = kind
+        self.text = text
+
+
+class _Pairs(list):
+    """An object's members in document order, before duplicates are checked."""
+
+
+def _parse_int(text: str) -> int | _Token:
+    if len(text) > _MAX_INT_TEXT:
+        return _Token("range", text)
+    return int(text)
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_Pairs,
+    parse_float=lambda text: _Token("float", text),
+    parse_int=_parse_int,
+    parse_constant=lambda text: _Token("constant", text),
+    strict=True,
+)
+
+
+def child_path(path: str, key: str | int) -> str:
+    """The JSON path of member ``key`` (a name or an index) below ``path``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if _IDENTIFIER.match(key):
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _check_depth(text: str) -> None:
+    # Measured before parsing so the recursive scanner never gets deep enough to
+    # raise RecursionError; strings are blanked first so their brackets do not count.
+    depth = 0
+    for match in _BRACKET.finditer(_STRING.sub('""', text)):
+        if match.group() in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise StrictJSONError("$", f"nests deeper than {MAX_DEPTH} levels")
+        else:
+            depth -= 1
+
+
+def _check_text(value: str, path: str, what: str) -> None:
+    found = _FORBIDDEN.search(value)
+    if found is not None:
+        code = ord(found.group())
+        kind = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "a noncharacter"
+        raise StrictJSONError(path, f"{what} holds {kind} (U+{code:04X})")
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.nodes = 0
+
+    def build(self, raw: Any, path: str) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise StrictJSONError(path, f"the document has more than {MAX_NODES} values")
+        if isinstance(raw, _Pairs):
+            result: dict[str, Any] = {}
+            for key, member in raw:
+                member_path = child_path(path, key)
+                _check_text(key, member_path, "the key")
+                if key in result:
+                    raise StrictJSONError(member_path, "is a duplicate key")
+                result[key] = None
+                result[key] = self.build(member, member_path)
+            return result
+        if type(raw) is list:
+            return [self.build(item, child_path(path, index)) for index, item in enumerate(raw)]
+        if type(raw) is str:
+            _check_text(raw, path, "the string")
+            return raw
+        if type(raw) is int:
+            if not -MAX_SAFE_INTEGER <= raw <= MAX_SAFE_INTEGER:
+                raise StrictJSONError(path, "is an integer outside ±(2^53−1)")
+            return raw
+        if isinstance(raw, _Token):
+            if raw.kind == "range":
+                raise StrictJSONError(path, "is an integer outside ±(2^53−1)")
+            if raw.kind == "constant":
+                raise StrictJSONError(path, f"is the non-finite number {raw.text}")
+            raise StrictJSONError(path, f"is a non-integer number ({raw.text[:24]}); floats are refused")
+        if raw is None or raw is True or raw is False:
+            return raw
+        raise StrictJSONError(path, f"holds an unexpected {type(raw).__name__}")
+
+
+def loads(data: bytes, *, max_bytes: int) -> Any:
+    """Parse one closed JSON document of at most ``max_bytes`` bytes."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError("strictjson.loads takes bytes")
+    data = bytes(data)
+    if len(data) > max_bytes:
+        raise StrictJSONError("$", f"the document is larger than its {max_bytes}-byte cap")
+    if data.startswith(_BOM):
+        raise StrictJSONError("$", "the document starts with a byte order mark")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise StrictJSONError("$", f"the document is not valid UTF-8 (byte {error.start})") from None
+    _check_depth(text)
+    try:
+        raw = _DECODER.decode(text)
+    except json.JSONDecodeError as error:
+        raise StrictJSONError("$", f"the document is not JSON ({error.msg} at character {error.pos})") from None
+    except RecursionError:
+        raise StrictJSONError("$", f"nests deeper than {MAX_DEPTH} levels") from None
+    return _Builder().build(raw, "$")
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _ESCAPES.get(char) or f"\\u{ord(char):04x}"
+
+
+def _write_string(value: str, path: str, what: str, out: list[str]) -> None:
+    _check_text(value, path, what)
+    out.append('"')
+    out.append(_NEEDS_ESCAPE.sub(_escape, value))
+    out.append('"')
+
+
+def _utf16_order(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _enter(path: str, depth: int) -> int:
+    if depth >= MAX_DEPTH:
+        raise StrictJSONError(path, f"nests deeper than {MAX_DEPTH} levels")
+    return depth + 1
+
+
+def _write(value: Any, path: str, depth: int, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif type(value) is int:
+        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            raise StrictJSONError(path, "is an integer outside ±(2^53−1)")
+        out.append(str(value))
+    elif type(value) is str:
+        _write_string(value, path, "the string", out)
+    elif type(value) is dict:
+        inner = _enter(path, depth)
+        for key in value:
+            if type(key) is not str:
+                raise StrictJSONError(path, f"has a non-string key {key!r}")
+        out.append("{")
+        for index, key in enumerate(sorted(value, key=_utf16_order)):
+            member_path = child_path(path, key)
+            if index:
+                out.append(",")
+            _write_string(key, member_path, "the key", out)
+            out.append(":")
+            _write(value[key], member_path, inner, out)
+        out.append("}")
+    elif type(value) in (list, tuple):
+        inner = _enter(path, depth)
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _write(item, child_path(path, index), inner, out)
+        out.append("]")
+    else:
+        raise StrictJSONError(path, f"cannot be written canonically ({type(value).__name__})")
+
+
+def canonical(value: Any) -> bytes:
+    """RFC 8785 bytes of ``value`` within the profile; raises StrictJSONError outside it."""
+    out: list[str] = []
+    _write(value, "$", 0, out)
+    return "".join(out).encode("utf-8")

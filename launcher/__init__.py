@@ -1,0 +1,1 @@
+"""The minimal root launcher, provisioned as one file: bootstrap, drop, READY, ops."""

@@ -1,0 +1,1 @@
+"""Root daemon: socket server, provisioning, stages, journal writing, reaping, cleanup, retirement, recovery."""
