@@ -14,6 +14,8 @@ from journal.errors import Refused
 # set_defaults and the handler returns the exit code.
 COMMAND_MODULES = (
     "executor.commands.plan",
+    "executor.commands.pack",
+    "executor.commands.bundle",
 )
 
 
