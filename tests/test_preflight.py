@@ -1,0 +1,181 @@
+"""The trusted, data-only preflight and its coordinates (DESIGN T3, T2, F1)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from executor import preflight, ustar
+from executor.cli import main
+from journal.errors import Refused
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PLAN = REPO / "examples" / "plan.json"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_preflight_prints_the_handoff_coordinate(tmp_path, capsys):
+    """T3: a bundle within the cap and with the expected sha256 gives canonical coordinate JSON."""
+    path = tmp_path / "b.tar"
+    path.write_bytes(b"x" * 10240)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    code, out, err = run(capsys, "bundle", "preflight", str(path), "--sha256", digest)
+    assert (code, err) == (0, "")
+    expected = {"schema": "casebox.handoff.v1", "attempt": None, "bundle": {"sha256": digest, "size": 10240}, "plan": None}
+    assert out == json.dumps(expected, sort_keys=True, separators=(",", ":")) + "\n"
+    assert preflight.handoff_from_bytes(out.encode()).bundle == preflight.BundleCoordinate(digest, 10240)
+
+
+def test_preflight_binds_attempt_and_plan(tmp_path, capsys):
+    """T3: with --attempt and --plan the coordinate names the attempt and the plan's digest."""
+    path = tmp_path / "b.tar"
+    path.write_bytes(b"y")
+    digest = hashlib.sha256(b"y").hexdigest()
+    code, out, _ = run(capsys, "bundle", "preflight", str(path), "--sha256", digest, "--attempt", "run-42.1", "--plan", str(PLAN))
+    assert code == 0
+    plan_digest = run(capsys, "plan", "check", str(PLAN))[1].strip()
+    handoff = preflight.handoff_from_bytes(out.encode())
+    assert handoff.bound_to("run-42.1", plan_digest) == handoff
+    with pytest.raises(Refused, match="attempt"):
+        handoff.bound_to("run-43", plan_digest)
+    with pytest.raises(Refused, match="plan"):
+        handoff.bound_to("run-42.1", "sha256:" + "0" * 64)
+
+
+def test_preflight_never_parses_the_archive(tmp_path, capsys):
+    """T3: bytes that are no archive at all pass preflight when their size and sha256 are right."""
+    path = tmp_path / "not-a-tar"
+    path.write_bytes(os.urandom(777))
+    code, out, _ = run(capsys, "bundle", "preflight", str(path), "--sha256", hashlib.sha256(path.read_bytes()).hexdigest())
+    assert code == 0 and json.loads(out)["bundle"]["size"] == 777
+
+
+def test_the_preflight_module_loads_no_reader():
+    """T3: the trusted preflight's module imports no tar reader, manifest or wheel code."""
+    probe = "import sys, executor.preflight; print(sorted(m for m in sys.modules if m.startswith('executor')))"
+    result = subprocess.run([sys.executable, "-I", "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert eval(result.stdout) == ["executor", "executor.preflight", "executor.ustar"]
+
+
+def test_sha256_mismatch_exits_64(tmp_path, capsys):
+    """T3, F1: a streaming sha256 other than the expected one is refused with one sentence."""
+    path = tmp_path / "b.tar"
+    path.write_bytes(b"z")
+    code, out, err = run(capsys, "bundle", "preflight", str(path), "--sha256", "0" * 64)
+    assert code == 64 and out == ""
+    assert err == f"casebox: {path}: has sha256 {hashlib.sha256(b'z').hexdigest()}, not the expected {'0' * 64}.\n"
+
+
+def test_file_over_the_cap_is_refused_without_reading(tmp_path, capsys, monkeypatch):
+    """T2, T3: a regular file whose size is over the cap is refused from fstat alone."""
+    path = tmp_path / "big.tar"
+    with open(path, "wb") as handle:
+        handle.truncate(ustar.ARCHIVE_MAX_BYTES + 1)
+    reads = []
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    code, _, err = run(capsys, "bundle", "preflight", str(path), "--sha256", "0" * 64)
+    assert code == 64 and "larger than the 268435456-byte archive cap" in err
+    assert reads == []
+
+
+def test_measure_reads_at_most_cap_plus_one_byte(tmp_path, monkeypatch):
+    """T2, T3: a stream longer than the cap is refused after reading at most cap + 1 bytes."""
+    path = tmp_path / "long"
+    path.write_bytes(b"a" * 65536)
+    total = 0
+    real_read = os.read
+
+    def counting(fd, n):
+        nonlocal total
+        chunk = real_read(fd, n)
+        total += len(chunk)
+        return chunk
+
+    fd = os.open(path, os.O_RDONLY)
+    monkeypatch.setattr(os, "read", counting)
+    try:
+        with pytest.raises(Refused, match="larger than the 1000-byte archive cap"):
+            preflight.measure(fd, 1000)
+    finally:
+        os.close(fd)
+    assert total == 1001
+
+
+def test_measure_accepts_exactly_the_cap():
+    """T2: a bundle of exactly the cap is within it."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"b" * 1000)
+    os.close(write_end)
+    try:
+        assert preflight.measure(read_end, 1000) == preflight.BundleCoordinate(hashlib.sha256(b"b" * 1000).hexdigest(), 1000)
+    finally:
+        os.close(read_end)
+
+
+@pytest.mark.parametrize("target", ["directory", "/dev/zero", "missing"])
+def test_only_a_regular_file_is_preflighted(tmp_path, capsys, target):
+    """T3, F1: a directory, a device or a missing path is refused with one sentence."""
+    path = {"directory": str(tmp_path), "/dev/zero": "/dev/zero", "missing": str(tmp_path / "nope")}[target]
+    code, out, err = run(capsys, "bundle", "preflight", path, "--sha256", "0" * 64)
+    assert code == 64 and out == "" and err.count("\n") == 1 and path in err
+
+
+@pytest.mark.parametrize(
+    "argv, rule",
+    [
+        (["--sha256", "ABC"], "--sha256: must be 64 lowercase hex digits"),
+        (["--sha256", "0" * 64, "--attempt", "a1"], "are given together or not at all"),
+        (["--sha256", "0" * 64, "--attempt", "../x", "--plan", str(PLAN)], "--attempt: must match"),
+    ],
+)
+def test_bad_preflight_arguments_exit_64(tmp_path, capsys, argv, rule):
+    """F1: malformed arguments are refused input."""
+    path = tmp_path / "b.tar"
+    path.write_bytes(b"")
+    code, out, err = run(capsys, "bundle", "preflight", str(path), *argv)
+    assert code == 64 and out == "" and rule in err
+
+
+GOOD = {"schema": "casebox.handoff.v1", "attempt": "a1", "bundle": {"sha256": "0" * 64, "size": 10240}, "plan": "sha256:" + "1" * 64}
+
+
+def encoded(value) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(
+    "change, rule",
+    [
+        ({"extra": 1}, "is not a known field"),
+        ({"plan": None}, "both given or both null"),
+        ({"attempt": None}, "both given or both null"),
+        ({"plan": "sha256:" + "1" * 63}, "must be sha256:"),
+        ({"attempt": 5}, "must be a string"),
+        ({"bundle": {"sha256": "0" * 64, "size": True}}, "must be an integer, not a bool"),
+        ({"bundle": {"sha256": "0" * 64, "size": ustar.ARCHIVE_MAX_BYTES + 1}}, "must be from 0"),
+        ({"bundle": {"sha256": "0" * 64}}, "size: is missing"),
+        ({"schema": "casebox.handoff.v0"}, "must be 'casebox.handoff.v1'"),
+    ],
+)
+def test_handoff_parser_is_strict(change, rule):
+    """T3, D1: later consumers re-read the coordinate as closed JSON."""
+    with pytest.raises(Refused, match=rule):
+        preflight.handoff_from_bytes(encoded(dict(GOOD, **change)))
+
+
+def test_handoff_round_trips():
+    """D2: the coordinate's canonical bytes re-read to the same coordinate."""
+    handoff = preflight.handoff_from_bytes(encoded(GOOD))
+    assert preflight.handoff_from_bytes(handoff.canonical_bytes()) == handoff
