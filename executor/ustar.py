@@ -239,13 +239,12 @@ def decode_header(header: bytes, offset: int) -> Member:
     name = _text(header, "name", at)
     raw_name = prefix + b"/" + name if prefix else name
     where = f"member {shown(raw_name)}"
-    numbers = {field: _number(header, field, where) for field in NUMERIC_FIELDS}
-
     typeflag = header[FIELD["typeflag"]]
     if typeflag not in (REGULAR, DIRECTORY):
         kind = _TYPE_NAMES.get(typeflag, repr(typeflag.decode("latin-1")))
         raise Refused(where, f"typeflag {kind} is not allowed; only '0' regular file and '5' directory are")
     directory = typeflag == DIRECTORY
+    numbers = {field: _number(header, field, where) for field in NUMERIC_FIELDS}
 
     expected_mode = DIRECTORY_MODE if directory else FILE_MODE
     if numbers["mode"] != expected_mode:
