@@ -95,36 +95,45 @@ def _read_exactly(fd: int, length: int, where: str, writer: IdentityWriter) -> N
         raise Refused(where, "the file grew while it was hashed")
 
 
+def _open_regular(dir_fd: int, name: str) -> tuple[int, os.stat_result]:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as error:
+        raise Refused(name, f"cannot be opened as a regular file ({os.strerror(error.errno)})") from None
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(fd)
+        raise Refused(name, "is not a regular file")
+    return fd, status
+
+
 def digest_directory(dir_fd: int) -> str:
     """The identity of a flat directory of regular files, read descriptor-relative.
 
     This is how the trusted side recomputes the identity of a sealed extraction:
     it reads files as data and never parses an archive (DESIGN T3). Anything but
-    a regular file, and any bound of DESIGN T2 exceeded, is refused.
+    a regular file is refused, and every bound of DESIGN T2 is checked from the
+    files' sizes before the first byte is read.
     """
-    names = sorted(os.listdir(dir_fd), key=lambda name: os.fsencode(name))
+    names = sorted(os.listdir(dir_fd), key=os.fsencode)
     if len(names) > ustar.MAX_MEMBERS - 1:
         raise Refused("the candidate directory", f"holds more than {ustar.MAX_MEMBERS - 1} files")
-    hasher = hashlib.sha256()
-    writer = IdentityWriter(len(names), hasher.update)
-    total = 0
-    for name in names:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-        except OSError as error:
-            raise Refused(name, f"cannot be opened as a regular file ({os.strerror(error.errno)})") from None
-        try:
-            status = os.fstat(fd)
-            if not stat.S_ISREG(status.st_mode):
-                raise Refused(name, "is not a regular file")
+    opened: list[tuple[str, int, os.stat_result]] = []
+    try:
+        for name in names:
+            fd, status = _open_regular(dir_fd, name)
+            opened.append((name, fd, status))
             if status.st_size > ustar.MEMBER_MAX_BYTES:
                 raise Refused(name, f"is over the {ustar.MEMBER_MAX_BYTES}-byte member cap")
-            total += status.st_size
-            if total > ustar.TOTAL_MAX_BYTES:
-                raise Refused(name, f"the files exceed the {ustar.TOTAL_MAX_BYTES}-byte total cap")
+        if sum(status.st_size for _, _, status in opened) > ustar.TOTAL_MAX_BYTES:
+            raise Refused("the candidate directory", f"its files exceed the {ustar.TOTAL_MAX_BYTES}-byte total cap")
+        hasher = hashlib.sha256()
+        writer = IdentityWriter(len(opened), hasher.update)
+        for name, fd, status in opened:
             writer.present(name, executable=bool(status.st_mode & stat.S_IXUSR), length=status.st_size)
             _read_exactly(fd, status.st_size, name, writer)
-        finally:
+        writer.finish()
+    finally:
+        for _, fd, _ in opened:
             os.close(fd)
-    writer.finish()
     return digest_name(hasher)

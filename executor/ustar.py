@@ -163,11 +163,12 @@ def _octal(value: int, width: int) -> bytes:
 
 
 def _split_name(name: bytes) -> tuple[bytes, bytes]:
-    """(prefix, name): the name field alone when it fits, else split at the last '/'."""
+    """(prefix, name): the name field alone when it fits, else split at the last '/' but a directory's own."""
     if len(name) <= 100:
         return b"", name
-    prefix, _, last = name.rpartition(b"/")
-    if len(prefix) > 155 or not 0 < len(last) <= 100:
+    cut = name.rfind(b"/", 0, len(name) - 1)
+    prefix, last = name[:cut], name[cut + 1 :]
+    if cut < 0 or len(prefix) > 155 or len(last) > 100:
         # check_member_path's cap and the wheel-name rule keep every caller inside these limits.
         raise ValueError(f"{name!r} does not fit ustar's prefix and name fields")
     return prefix, last

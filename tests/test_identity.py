@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import tarforge
-from executor import bundle, identity
+from executor import bundle, identity, ustar
 from journal.errors import Refused
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -173,3 +173,47 @@ def test_bundle_identity_equals_the_extracted_tree_identity(tmp_path):
         assert bundle.identity_of(checked) == identity.digest_directory(fd)
     finally:
         os.close(fd)
+
+
+def sparse(path: pathlib.Path, size: int) -> None:
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+
+
+def count_reads(monkeypatch) -> list[int]:
+    reads: list[int] = []
+    real_readv = os.readv
+    monkeypatch.setattr(os, "readv", lambda fd, buffers: reads.append(fd) or real_readv(fd, buffers))
+    return reads
+
+
+def test_directory_digest_refuses_a_file_over_the_member_cap_before_reading(tmp_path, monkeypatch):
+    """T2: the trusted recomputation refuses a file over the member cap from its size."""
+    root = tmp_path / "c"
+    root.mkdir()
+    sparse(root / "big", ustar.MEMBER_MAX_BYTES + 1)
+    reads = count_reads(monkeypatch)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(Refused, match="member cap"):
+            identity.digest_directory(fd)
+    finally:
+        os.close(fd)
+    assert reads == []
+
+
+def test_directory_digest_refuses_a_total_over_the_cap_before_reading(tmp_path, monkeypatch):
+    """T2: files that each fit but together exceed the total cap are refused before any read."""
+    root = tmp_path / "c"
+    root.mkdir()
+    for name in ("a", "b", "c"):
+        sparse(root / name, ustar.MEMBER_MAX_BYTES)
+    sparse(root / "d", 1)
+    reads = count_reads(monkeypatch)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(Refused, match="total cap"):
+            identity.digest_directory(fd)
+    finally:
+        os.close(fd)
+    assert reads == []

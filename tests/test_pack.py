@@ -209,3 +209,18 @@ def test_output_directory_symlink_is_refused(tmp_path, capsys):
     code, _, stderr = run(capsys, "pack", *map(str, GOLDEN_WHEELS), "--out", str(tmp_path / "link" / "b.tar"))
     assert code == 64 and "not a symlink" in stderr
     assert list((tmp_path / "real").iterdir()) == []
+
+
+def test_build_refuses_a_member_over_the_cap(monkeypatch):
+    """T2: build itself keeps the member cap, whoever read the bytes (the cap is lowered to keep this small)."""
+    monkeypatch.setattr(ustar, "MEMBER_MAX_BYTES", 1000)
+    with pytest.raises(Refused, match="over the 1000-byte member cap"):
+        pack.build([("demo-1.0-py3-none-any.whl", wheel_bytes(extra=bytes(2000)))])
+
+
+def test_metadata_over_its_cap_is_refused(tmp_path, capsys):
+    """Pack reads METADATA within a 1 MiB cap."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("demo-1.0.dist-info/METADATA", b"x" * (pack.METADATA_MAX_BYTES + 1))
+    refused_pack(capsys, tmp_path, {"demo-1.0-py3-none-any.whl": out.getvalue()}, "METADATA is over 1048576 bytes")

@@ -305,10 +305,11 @@ def test_archive_not_a_whole_number_of_blocks_is_refused():
     refused(tarforge.candidate() + b"x", "not a whole number of 512-byte blocks")
 
 
-def test_truncated_member_is_refused():
-    """T4: a member whose data runs past the end of the archive."""
-    block = tarforge.header("candidate/x", length=20000)
-    refused(tarforge.directory("candidate/") + block + bytes(1024) + bytes(10240 - 2048), "truncated")
+@pytest.mark.parametrize("length", [20000, 20480])
+def test_truncated_member_is_refused(length):
+    """T4: a member whose data runs past the end of the archive, whether or not it ends on a block."""
+    block = tarforge.header("candidate/x", length=length)
+    refused(tarforge.directory("candidate/") + block + bytes(1024) + bytes(10240 - 2048), "its data runs past the end")
 
 
 def test_nonzero_padding_after_member_data_is_refused():
@@ -335,4 +336,15 @@ def test_encoded_headers_decode_to_themselves(segments, directory, size):
     size = 0 if directory else size
     header = ustar.encode_header(path, directory=directory, size=size)
     assert ustar.decode_header(header, 0) == ustar.Member(path, directory, size, 512)
-    assert header == tarforge.header(raw if len(raw) <= 100 else raw.rpartition(b"/")[2], typeflag=b"5" if directory else b"0", length=size, prefix=b"" if len(raw) <= 100 else raw.rpartition(b"/")[0])
+    prefix, _, name = path.encode().rpartition(b"/") if len(raw) > 100 else (b"", b"", path.encode())
+    forged = tarforge.header(name + b"/" if directory else name, typeflag=b"5" if directory else b"0", length=size, prefix=prefix)
+    assert header == forged
+
+
+def test_a_long_directory_name_splits_before_its_own_slash():
+    """T1: a directory path over 100 bytes keeps its trailing '/' in the name field."""
+    path = "candidate/" + "d" * 60 + "/" + "e" * 40
+    header = ustar.encode_header(path, directory=True, size=0)
+    assert header[345:500].rstrip(b"\x00") == ("candidate/" + "d" * 60).encode()
+    assert header[:100].rstrip(b"\x00") == b"e" * 40 + b"/"
+    assert ustar.decode_header(header, 0).path == path
