@@ -56,15 +56,22 @@ def run_command(handler: Callable[[], int], *, debug: bool) -> int:
         return EXIT_INTERNAL
 
 
-def read_capped(path: str, cap: int) -> bytes:
-    """The bytes of the regular file at ``path``, reading at most ``cap + 1`` of them."""
+def open_regular(path: str) -> int:
+    """A read-only descriptor for the regular file at ``path``; anything else is refused."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
     except OSError as error:
         raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Refused(path, "must be a regular file")
+    return fd
+
+
+def read_capped(path: str, cap: int) -> bytes:
+    """The bytes of the regular file at ``path``, reading at most ``cap + 1`` of them."""
+    fd = open_regular(path)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Refused(path, "must be a regular file")
         chunks = []
         remaining = cap + 1
         while remaining > 0:

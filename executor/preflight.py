@@ -13,8 +13,8 @@ import dataclasses
 import hashlib
 import os
 import re
-import stat
 
+from executor.frontend import open_regular
 from executor.ustar import ARCHIVE_MAX_BYTES
 from journal.closed import SHA256_HEX, ClosedObject, check_str
 from journal.errors import Refused
@@ -103,14 +103,9 @@ def measure(fd: int, cap: int = ARCHIVE_MAX_BYTES) -> BundleCoordinate:
 def preflight(path: str, expected_sha256: str) -> BundleCoordinate:
     """The coordinate of the bundle at ``path`` if it is within the cap and hashes to ``expected_sha256``."""
     check_sha256(expected_sha256, "--sha256")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
-    except OSError as error:
-        raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
+    fd = open_regular(path)
     try:
         status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise Refused(path, "must be a regular file")
         if status.st_size > ARCHIVE_MAX_BYTES:
             raise Refused(path, f"is {status.st_size} bytes, larger than the {ARCHIVE_MAX_BYTES}-byte archive cap")
         try:

@@ -7,17 +7,12 @@ import os
 import pathlib
 
 import tarforge
+from casebox_cli import run
 from executor import bundle
 from executor.cli import main
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN_BUNDLE = REPO / "golden" / "transport" / "candidate.tar"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def golden_identity() -> str:

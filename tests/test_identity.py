@@ -187,33 +187,27 @@ def count_reads(monkeypatch) -> list[int]:
     return reads
 
 
-def test_directory_digest_refuses_a_file_over_the_member_cap_before_reading(tmp_path, monkeypatch):
-    """T2: the trusted recomputation refuses a file over the member cap from its size."""
+def refused_before_reading(tmp_path, monkeypatch, sizes: dict[str, int], rule: str) -> None:
     root = tmp_path / "c"
     root.mkdir()
-    sparse(root / "big", ustar.MEMBER_MAX_BYTES + 1)
+    for name, size in sizes.items():
+        sparse(root / name, size)
     reads = count_reads(monkeypatch)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        with pytest.raises(Refused, match="member cap"):
+        with pytest.raises(Refused, match=rule):
             identity.digest_directory(fd)
     finally:
         os.close(fd)
     assert reads == []
+
+
+def test_directory_digest_refuses_a_file_over_the_member_cap_before_reading(tmp_path, monkeypatch):
+    """T2: the trusted recomputation refuses a file over the member cap from its size."""
+    refused_before_reading(tmp_path, monkeypatch, {"big": ustar.MEMBER_MAX_BYTES + 1}, "member cap")
 
 
 def test_directory_digest_refuses_a_total_over_the_cap_before_reading(tmp_path, monkeypatch):
     """T2: files that each fit but together exceed the total cap are refused before any read."""
-    root = tmp_path / "c"
-    root.mkdir()
-    for name in ("a", "b", "c"):
-        sparse(root / name, ustar.MEMBER_MAX_BYTES)
-    sparse(root / "d", 1)
-    reads = count_reads(monkeypatch)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        with pytest.raises(Refused, match="total cap"):
-            identity.digest_directory(fd)
-    finally:
-        os.close(fd)
-    assert reads == []
+    sizes = {"a": ustar.MEMBER_MAX_BYTES, "b": ustar.MEMBER_MAX_BYTES, "c": ustar.MEMBER_MAX_BYTES, "d": 1}
+    refused_before_reading(tmp_path, monkeypatch, sizes, "total cap")

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 
 from executor import pack, ustar
-from executor.cli import main
+from casebox_cli import run
 from journal.errors import Refused
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -30,12 +30,6 @@ def wheel_bytes(dist_info: str = "demo-1.0.dist-info", extra: bytes = b"") -> by
         if extra:
             archive.writestr("demo/data.bin", extra)
     return out.getvalue()
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_pack_of_the_golden_wheels_is_the_golden_bundle(tmp_path, capsys):

@@ -12,17 +12,11 @@ import sys
 import pytest
 
 from executor import preflight, ustar
-from executor.cli import main
+from casebox_cli import run
 from journal.errors import Refused
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PLAN = REPO / "examples" / "plan.json"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_preflight_prints_the_handoff_coordinate(tmp_path, capsys):
@@ -65,7 +59,7 @@ def test_the_preflight_module_loads_no_reader():
     """T3: the trusted preflight's module imports no tar reader, manifest or wheel code."""
     probe = "import sys, executor.preflight; print(sorted(m for m in sys.modules if m.startswith('executor')))"
     result = subprocess.run([sys.executable, "-I", "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
-    assert eval(result.stdout) == ["executor", "executor.preflight", "executor.ustar"]
+    assert eval(result.stdout) == ["executor", "executor.frontend", "executor.preflight", "executor.ustar"]
 
 
 def test_sha256_mismatch_exits_64(tmp_path, capsys):

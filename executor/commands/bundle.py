@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 
 from executor import bundle as reader
 from executor.commands.plan import load_plan
-from executor.frontend import EXIT_OK
+from executor.frontend import EXIT_OK, open_regular
 from executor.preflight import Handoff, check_attempt, preflight
 from journal.errors import Refused
 from journal.strictjson import canonical
@@ -24,19 +23,8 @@ def _preflight(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _open_regular(path: str) -> int:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
-    except OSError as error:
-        raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise Refused(path, "must be a regular file")
-    return fd
-
-
 def _check(args: argparse.Namespace) -> int:
-    fd = _open_regular(args.file)
+    fd = open_regular(args.file)
     try:
         checked = reader.open_bundle(fd)
         digest = reader.identity_of(checked)
