@@ -59,9 +59,7 @@ class _Written:
         return self.directories[parent], name
 
     def undo(self) -> None:
-        for path, fd in self.directories.items():
-            if path:
-                os.fchmod(fd, 0o700)
+        # Directories are still 0700 here: they become 0555 only after the last write.
         for parent_fd, name, directory in reversed(self.entries):
             if directory:
                 os.rmdir(name, dir_fd=parent_fd)

@@ -184,6 +184,14 @@ def test_duplicate_is_refused():
     refused(tarforge.archive(tarforge.directory("candidate/"), tarforge.member("candidate/a"), tarforge.member("candidate/a")), r"is a duplicate\.$")
 
 
+def test_duplicate_after_normalization_is_refused():
+    """T4: a file and a directory whose names differ only by the directory's trailing '/'."""
+    refused(
+        tarforge.archive(tarforge.directory("candidate/"), tarforge.member("candidate/a"), tarforge.directory("candidate/a/")),
+        r"member candidate/a: is a duplicate\.$",
+    )
+
+
 def test_duplicate_after_case_folding_is_refused():
     """T4: names equal after case folding collide on a case-insensitive filesystem."""
     refused(
