@@ -14,6 +14,7 @@ from journal.errors import Refused
 # set_defaults and the handler returns the exit code.
 COMMAND_MODULES = (
     "executor.commands.plan",
+    "executor.commands.journal",
 )
 
 

@@ -146,7 +146,7 @@ class _Walk:
             consistent, zero_chunk = _torn_shape(data, offset, length, frame_end)
             if frame_end == end and zero_chunk and consistent:
                 raise _Stop(Verdict.TORN, f"{where}: the last {kind.name} frame holds a zero-filled sector") from None
-            raise _Stop(Verdict.CORRUPT, f"{where}: {kind.name}: {error.reason}") from None
+            raise _Stop(Verdict.CORRUPT, f"{where} ({kind.name}): {error.reason}") from None
         digest = chain_step(self.previous, header, payload)
         head = digest.hex()
         self.sequence.admit(kind, fields, head)
@@ -161,11 +161,11 @@ class _Walk:
         try:
             fields = decode_payload(kind, payload)
         except Refused as refusal:
-            raise FrameError(refusal.sentence()) from None
+            raise FrameError(f"payload {refusal.sentence()}") from None
         try:
             self.sequence.check_order(kind, fields)
         except Refused as refusal:
-            raise FrameError(refusal.sentence()) from None
+            raise FrameError(refusal.rule if refusal.where == kind.name else refusal.sentence()) from None
         if kind is Kind.GENESIS:
             self.previous = genesis_digest(fields["journal_id"], fields["stage_id"])
         if fields["prev"] != self.previous.hex():
@@ -173,7 +173,7 @@ class _Walk:
         try:
             self.sequence.check_bounds(kind, frame_end)
         except OverCap as refusal:
-            raise _Stop(Verdict.OVER_CAP, f"offset {offset}, record {len(self.records) + 1}: {refusal.sentence()}") from None
+            raise _Stop(Verdict.OVER_CAP, f"offset {offset}, record {len(self.records) + 1} ({kind.name}): {refusal.rule}") from None
         return fields
 
 

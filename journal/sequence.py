@@ -76,23 +76,23 @@ class Sequence:
             raise OutOfSequence(kind.name, "must follow RETIREMENT_INTENT directly")
         if kind in _INTENTS:
             if fields["op_id"] in self.operations:
-                raise OutOfSequence(f"{kind.name}.op_id", f"{fields['op_id']!r} is already the id of an earlier operation")
+                raise OutOfSequence("op_id", f"{fields['op_id']!r} is already the id of an earlier operation")
         elif kind in _PROCESS_FOLLOW_UPS:
             operation = self._operation(kind, fields, Kind.PROCESS_INTENT)
             if kind in operation.seen:
-                raise OutOfSequence(f"{kind.name}.op_id", f"{fields['op_id']!r} already has a {kind.name} record")
+                raise OutOfSequence("op_id", f"{fields['op_id']!r} already has a {kind.name} record")
             if kind is Kind.PROCESS_RELEASED and Kind.PROCESS_TERMINAL in operation.seen:
-                raise OutOfSequence(f"{kind.name}.op_id", f"{fields['op_id']!r} is already terminal")
+                raise OutOfSequence("op_id", f"{fields['op_id']!r} is already terminal")
         elif kind in _DONE_OF:
             operation = self._operation(kind, fields, _DONE_OF[kind])
             if kind in operation.seen:
-                raise OutOfSequence(f"{kind.name}.op_id", f"{fields['op_id']!r} already has a {kind.name} record")
+                raise OutOfSequence("op_id", f"{fields['op_id']!r} already has a {kind.name} record")
             for key in ("target", "kind"):
                 if fields[key] != operation.fields[key]:
-                    raise OutOfSequence(f"{kind.name}.{key}", f"differs from the {key} of its {operation.intent.name}")
+                    raise OutOfSequence(key, f"differs from the {key} of its {operation.intent.name}")
         elif kind is Kind.HELPER_ATTEMPT:
             if fields["attempt"] != self.helper_attempts + 1:
-                raise OutOfSequence(f"{kind.name}.attempt", f"must be {self.helper_attempts + 1}, attempts are numbered in order")
+                raise OutOfSequence("attempt", f"must be {self.helper_attempts + 1}, attempts are numbered in order")
             if self.helper_attempts and self.last_helper_outcome != "MISSING":
                 raise OutOfSequence(
                     kind.name,
@@ -100,12 +100,12 @@ class Sequence:
                 )
         elif kind is Kind.CLEANUP_EVIDENCE:
             if fields["journal_head"] not in self.heads:
-                raise OutOfSequence(f"{kind.name}.journal_head", "is not a head this journal had before this record")
+                raise OutOfSequence("journal_head", "is not a head this journal had before this record")
 
     def _operation(self, kind: Kind, fields: dict[str, Any], intent: Kind) -> _Operation:
         operation = self.operations.get(fields["op_id"])
         if operation is None or operation.intent is not intent:
-            raise OutOfSequence(f"{kind.name}.op_id", f"{fields['op_id']!r} names no earlier {intent.name}")
+            raise OutOfSequence("op_id", f"{fields['op_id']!r} names no earlier {intent.name}")
         return operation
 
     def admit(self, kind: Kind, fields: dict[str, Any], head: str) -> None:

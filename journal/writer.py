@@ -226,9 +226,12 @@ class JournalWriter:
         if kind is Kind.GENESIS:
             raise Refused(kind.name, "is written only by create")
         full = {**fields, "prev": self._head.hex(), time_key(kind): self._clock()}
-        payload = encode_payload(kind, full)
-        frame = encode_frame(kind, payload)
-        self._sequence.check(kind, decode_payload(kind, payload), self._size + len(frame))
+        try:
+            payload = encode_payload(kind, full)
+            frame = encode_frame(kind, payload)
+            self._sequence.check(kind, decode_payload(kind, payload), self._size + len(frame))
+        except Refused as refusal:
+            raise refusal.under(f"{self._name} {kind.name}") from None
         return self._durable(kind, full, payload, frame)
 
     def _usable(self) -> None:
