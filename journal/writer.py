@@ -273,7 +273,7 @@ class JournalWriter:
         return head.hex()
 
     def _poison(self, error: OSError) -> None:
-        self._poisoned = os.strerror(error.errno) if error.errno else str(error)
+        self._poisoned = error.strerror or str(error)
         self.close()
         raise JournalPoisoned(f"{self._name}: a write or sync failed ({self._poisoned}); the writer is poisoned") from error
 
