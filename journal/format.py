@@ -259,6 +259,17 @@ def time_key(kind: Kind) -> str:
     return "created" if kind is Kind.GENESIS else "at"
 
 
+def check_fields(kind: Kind, value: Any) -> dict[str, Any]:
+    """The fields of a decoded payload value, checked against the kind's frozen schema."""
+    fields = ClosedObject(value, "$")
+    checked = {"prev": _hex(fields, "prev")}
+    if kind is not Kind.GENESIS:
+        checked["at"] = _time(fields, "at")
+    checked.update(SCHEMAS[kind](fields))
+    fields.done()
+    return checked
+
+
 def decode_payload(kind: Kind, payload: bytes) -> dict[str, Any]:
     """The fields of a stored payload, checked against the kind's frozen schema.
 
@@ -266,21 +277,20 @@ def decode_payload(kind: Kind, payload: bytes) -> dict[str, Any]:
     each record has one encoding; the digest is taken over these bytes as stored.
     """
     value = strictjson.loads(payload, max_bytes=MAX_PAYLOAD)
-    fields = ClosedObject(value, "$")
-    decoded = {"prev": _hex(fields, "prev")}
-    if kind is not Kind.GENESIS:
-        decoded["at"] = _time(fields, "at")
-    decoded.update(SCHEMAS[kind](fields))
-    fields.done()
+    checked = check_fields(kind, value)
     if strictjson.canonical(value) != payload:
         raise StrictJSONError("$", "the payload is not in canonical form (RFC 8785, no whitespace, sorted keys)")
-    return decoded
+    return checked
 
 
-def encode_payload(kind: Kind, fields: Mapping[str, Any]) -> bytes:
-    """Canonical payload bytes for ``fields``, refused unless the reader would accept them."""
-    payload = strictjson.canonical(dict(fields))
+def encode_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]]:
+    """Canonical payload bytes for ``fields`` and the checked fields; refused unless the reader would accept them.
+
+    The schema check is the reader's own; the canonical bytes of a value of this
+    profile decode back to that value, so the reader sees exactly these fields.
+    """
+    checked = check_fields(kind, dict(fields))
+    payload = strictjson.canonical(checked)
     if len(payload) > MAX_PAYLOAD:
         raise StrictJSONError("$", f"the {kind.name} payload is {len(payload)} bytes, over the {MAX_PAYLOAD}-byte frame limit")
-    decode_payload(kind, payload)
-    return payload
+    return payload, checked

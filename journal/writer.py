@@ -30,7 +30,6 @@ from journal.format import (
     ID,
     Kind,
     chain_step,
-    decode_payload,
     encode_frame,
     encode_payload,
     genesis_digest,
@@ -117,10 +116,10 @@ class JournalWriter:
                 raise Refused(key, "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric")
         start = genesis_digest(journal_id, stage_id)
         fields = {"prev": start.hex(), "journal_id": journal_id, "stage_id": stage_id, "attempt_id": attempt_id, "created": clock()}
-        payload = encode_payload(Kind.GENESIS, fields)
+        payload, checked = encode_payload(Kind.GENESIS, fields)
         frame = encode_frame(Kind.GENESIS, payload)
         sequence = Sequence()
-        sequence.check(Kind.GENESIS, decode_payload(Kind.GENESIS, payload), len(frame))
+        sequence.check(Kind.GENESIS, checked, len(frame))
         try:
             fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, MODE, dir_fd=dir_fd)
         except FileExistsError:
@@ -227,9 +226,9 @@ class JournalWriter:
             raise Refused(kind.name, "is written only by create")
         full = {**fields, "prev": self._head.hex(), time_key(kind): self._clock()}
         try:
-            payload = encode_payload(kind, full)
+            payload, checked = encode_payload(kind, full)
             frame = encode_frame(kind, payload)
-            self._sequence.check(kind, decode_payload(kind, payload), self._size + len(frame))
+            self._sequence.check(kind, checked, self._size + len(frame))
         except Refused as refusal:
             raise refusal.under(f"{self._name} {kind.name}") from None
         return self._durable(kind, full, payload, frame)
