@@ -192,3 +192,15 @@ def test_verify_runs_unprivileged(sandbox_ids):
         shutil.rmtree(directory)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["verdict"] == "VALID"
+
+
+def test_an_oversized_file_is_read_only_one_byte_past_the_cap(capsys, tmp_path):
+    """J2: the tools read at most 262,145 bytes, enough to call a longer file OVER_CAP without reading it whole."""
+    from journal.files import load_for_review
+    from journal.format import CAP
+
+    path = tmp_path / "journal"
+    path.write_bytes(golden("full_to_cap.bin") + b"\x01" * 100_000)
+    assert len(load_for_review(str(path))[1]) == CAP + 1
+    code, out, _ = run(capsys, "verify", "--json", str(tmp_path))
+    assert code == 1 and json.loads(out)["verdict"] == "OVER_CAP" and json.loads(out)["records"] == 65
