@@ -13,7 +13,6 @@ import sys
 
 from executor.frontend import EXIT_NOT_OK, EXIT_OK
 from journal.createonly import open_directory, publish_once
-from journal.errors import Refused
 from journal.files import load_for_review
 from journal.format import HEX64, ID
 from journal.reader import Reading, Verdict, read_journal
