@@ -265,7 +265,7 @@ class _Svg:
         self.y = 30
 
     def x(self, at: int) -> float:
-        return round(_LABEL + (at - self.start) / self.span * (_WIDTH - _LABEL - 20), 2)
+        return round(_LABEL + (at - self.start) / self.span * (_WIDTH - _LABEL - 60), 2)
 
     def bar(self, begin: int, stop: int, fill: str, title: str, *, height: int = 14, dashed: bool = False) -> None:
         left, right = self.x(begin), self.x(stop)
@@ -293,7 +293,7 @@ class _Svg:
             at = self.start + (end - self.start) * step // 5
             x = self.x(at)
             self.parts.append(f'<line x1="{x}" x2="{x}" y1="18" y2="{self.y}" stroke="#d0d7de"/>')
-            self.parts.append(f'<text x="{x}" y="12" text-anchor="middle" fill="#57606a">{_escape(since(self.start, at))}</text>')
+            self.parts.append(f'<text x="{x}" y="12" text-anchor="middle" fill="#57606a">+{_escape(duration(self.start, at))}</text>')
 
     def render(self) -> str:
         return (
@@ -338,6 +338,14 @@ def _mount_svg(svg: _Svg, lane: MountLane, end: int, start: int) -> None:
     svg.next_lane()
 
 
+def _event_colour(label: str) -> str:
+    """Green for a cleaned outcome and for retirement, amber for MISSING, red for any other outcome."""
+    outcome = label.rpartition(": ")[2]
+    if outcome in ("CLEANED", "retirement intent", "retired"):
+        return "#1a7f37"
+    return "#bf8700" if outcome == "MISSING" else "#cf222e"
+
+
 def render_html(reading: Reading, shown: str) -> str:
     colour = _COLOURS.get(reading.verdict, "#d1242f")
     head = [
@@ -367,7 +375,7 @@ def render_html(reading: Reading, shown: str) -> str:
         _mount_svg(svg, lane, line.end, start)
     for event in line.events:
         svg.label(event.label, "#8250df" if "helper" in event.label else "#1f2328")
-        svg.mark(event.at, "#cf222e" if "UNVERIFIED" in event.label else "#1a7f37", f"{event.label} {since(start, event.at)}: {event.detail}")
+        svg.mark(event.at, _event_colour(event.label), f"{event.label} {since(start, event.at)}: {event.detail}")
         svg.next_lane()
     svg.axis(line.end)
     legend = (
