@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "executor.commands.plan",
     "executor.commands.pack",
     "executor.commands.bundle",
+    "executor.commands.journal",
 )
 
 

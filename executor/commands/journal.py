@@ -1,0 +1,159 @@
+"""``casebox journal verify|show|replay``: a reviewer's view of a cleanup journal (docs/journal-format.md).
+
+Each command takes a journal file, or a stage or tombstone directory holding
+one as ``journal``. They run unprivileged anywhere, and exit 0 only when the
+journal is VALID, 1 for any other verdict, and 64 when the path cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from executor.frontend import EXIT_NOT_OK, EXIT_OK
+from journal.createonly import open_directory, publish_once
+from journal.files import load_for_review
+from journal.format import HEX64, ID
+from journal.reader import Reading, Verdict, read_journal
+from journal.replay import render_html, render_text
+from journal.strictjson import canonical
+
+_PATH_HELP = "a journal file, or a stage or tombstone directory holding one as 'journal'"
+
+
+def _hex(text: str) -> str:
+    if not HEX64.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not 64 lowercase hex digits")
+    return text
+
+
+def _id(text: str) -> str:
+    if not ID.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an id (1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric)")
+    return text
+
+
+def _read(args: argparse.Namespace) -> tuple[str, Reading]:
+    shown, data = load_for_review(args.path)
+    reading = read_journal(
+        data,
+        expect_stage_id=getattr(args, "expect_stage", None),
+        expect_head=getattr(args, "expect_head", None),
+    )
+    return shown, reading
+
+
+def _exit(reading: Reading) -> int:
+    return EXIT_OK if reading.verdict is Verdict.VALID else EXIT_NOT_OK
+
+
+def _summary(reading: Reading) -> dict:
+    return {
+        "verdict": str(reading.verdict),
+        "records": len(reading.records),
+        "valid_bytes": reading.valid_bytes,
+        "head": reading.head,
+        "reason": reading.reason,
+    }
+
+
+def _print_json(value: dict) -> None:
+    sys.stdout.write(canonical(value).decode("utf-8") + "\n")
+
+
+def _verify(args: argparse.Namespace) -> int:
+    shown, reading = _read(args)
+    if args.json:
+        _print_json(_summary(reading))
+    else:
+        print(f"{shown}: {reading.verdict}, {len(reading.records)} records, {reading.valid_bytes} bytes, "
+              f"head {reading.head or '(none)'}: {reading.reason}")
+    return _exit(reading)
+
+
+def _shown(value: object) -> str:
+    """A field value on one line; a string with a space, or an empty one, is quoted."""
+    if type(value) is str and (not value or " " in value):
+        return canonical(value).decode("ascii")
+    return str(value)
+
+
+def _show(args: argparse.Namespace) -> int:
+    shown, reading = _read(args)
+    if args.json:
+        entries = [
+            {"offset": record.offset, "kind": record.kind.name, "version": record.version,
+             "length": len(record.payload), "digest": record.digest, "fields": record.fields}
+            for record in reading.records
+        ]
+        _print_json({**_summary(reading), "entries": entries})
+        return _exit(reading)
+    for record in reading.records:
+        fields = " ".join(f"{key}={_shown(value)}" for key, value in record.fields.items() if key != "prev")
+        print(f"{record.offset:>7}  {record.kind.name:<20}  {fields}")
+    print(f"{shown}: {reading.verdict}, {len(reading.records)} records, {reading.valid_bytes} bytes, "
+          f"head {reading.head or '(none)'}: {reading.reason}")
+    return _exit(reading)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    shown, reading = _read(args)
+    if args.html is not None:
+        directory, name = os.path.split(os.path.abspath(args.html))
+        dir_fd = open_directory(directory)
+        try:
+            publish_once(dir_fd, name, render_html(reading, shown).encode("utf-8"), mode=0o644, shown=args.html)
+        finally:
+            os.close(dir_fd)
+    sys.stdout.write(render_text(reading, shown))
+    return _exit(reading)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser(
+        "journal",
+        help="verify, show and replay cleanup journals",
+        description="Review a cleanup journal (docs/journal-format.md). Every command exits 0 only for a VALID "
+        "journal, 1 for any other verdict (TORN, CORRUPT, SUBSTITUTED, OVER_CAP, MISSING) and 64 when the "
+        "path cannot be read.",
+    )
+    commands = group.add_subparsers(dest="journal_command", metavar="COMMAND")
+    commands.required = True
+
+    verify = commands.add_parser(
+        "verify",
+        help="print the journal's verdict",
+        description="Decode every frame, check the chain and print one verdict line. With --json print an "
+        "object with verdict, records, valid_bytes, head and reason.",
+    )
+    verify.add_argument("path", metavar="PATH", help=_PATH_HELP)
+    verify.add_argument("--expect-head", metavar="HEX", type=_hex,
+                        help="the head the evidence holds (receipts, seal); a different head is SUBSTITUTED")
+    verify.add_argument("--expect-stage", metavar="ID", type=_id,
+                        help="the stage the journal must be bound to; another stage is SUBSTITUTED")
+    verify.add_argument("--json", action="store_true", help="print one JSON object")
+    verify.set_defaults(handler=_verify)
+
+    show = commands.add_parser(
+        "show",
+        help="print every record with its offset",
+        description="Print each record of the valid prefix on one line with its offset, kind and fields "
+        "(prev omitted), then the verdict line. With --json print one object: the verify fields plus "
+        "entries, each with offset, kind, version, length, digest and fields.",
+    )
+    show.add_argument("path", metavar="PATH", help=_PATH_HELP)
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(handler=_show)
+
+    replay = commands.add_parser(
+        "replay",
+        help="print the journal as a timeline",
+        description="Print processes (intent, released, terminal and wait status), mounts (intent, done, "
+        "unmount), helper attempts, cleanup evidence and retirement, with durations and the final cleanup "
+        "verdict. With --html also write one self-contained HTML page with an SVG timeline; an existing "
+        "file is kept if identical and refused if different.",
+    )
+    replay.add_argument("path", metavar="PATH", help=_PATH_HELP)
+    replay.add_argument("--html", metavar="OUT", help="also write the timeline as one self-contained HTML file")
+    replay.set_defaults(handler=_replay)

@@ -1,0 +1,77 @@
+"""Where a journal lives on disk and how its bytes are read, for the writer and the reviewer tools.
+
+A stage directory, and the tombstone it is renamed into, hold their journal
+as the file ``journal`` directly inside it (docs/journal-format.md,
+"Journals on disk"). Reading never takes more than one byte past the cap, so
+an oversized file is judged OVER_CAP without being read whole.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from journal.errors import Refused
+from journal.format import CAP
+
+JOURNAL_NAME = "journal"
+_READ_CHUNK = 1 << 16
+
+
+def read_stored(fd: int) -> bytes:
+    """The first ``CAP + 1`` bytes of the open file ``fd``, from offset 0."""
+    chunks = []
+    offset = 0
+    while offset <= CAP:
+        chunk = os.pread(fd, min(_READ_CHUNK, CAP + 1 - offset), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_regular(fd: int, shown: str) -> bytes:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Refused(shown, "must be a regular file")
+        return read_stored(fd)
+    except OSError as error:
+        raise Refused(shown, f"cannot be read ({os.strerror(error.errno)})") from None
+    finally:
+        os.close(fd)
+
+
+def load_for_review(path: str) -> tuple[str, bytes | None]:
+    """The journal named by ``path`` (a journal file, or a stage or tombstone directory) and its bytes.
+
+    The bytes are None when a directory holds no journal: that journal is
+    MISSING. A path that cannot be read at all is refused.
+    """
+    try:
+        is_directory = stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as error:
+        raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
+    if not is_directory:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as error:
+            raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
+        return path, _read_regular(fd, path)
+    shown = os.path.join(path, JOURNAL_NAME)
+    try:
+        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
+    try:
+        fd = os.open(JOURNAL_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return shown, None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise Refused(shown, "is a symlink; a stage's journal is a regular file in its directory") from None
+        raise Refused(shown, f"cannot be read ({os.strerror(error.errno)})") from None
+    finally:
+        os.close(dir_fd)
+    return shown, _read_regular(fd, shown)

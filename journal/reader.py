@@ -1,0 +1,210 @@
+"""The journal reader: one verdict for the bytes as stored (J4, docs/journal-format.md, "Verdicts").
+
+It is pure: it takes bytes, never a path, needs no privileges, and never
+repairs, re-encodes or skips anything. The first frame that fails decides the
+verdict; the records before it are the valid prefix it reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from journal.errors import Refused
+from journal.format import (
+    CAP,
+    HEADER,
+    HEADER_BYTES,
+    MAX_FRAME,
+    SECTOR,
+    FrameError,
+    Kind,
+    chain_step,
+    check_header,
+    decode_payload,
+    genesis_digest,
+    padded,
+)
+from journal.sequence import OverCap, Sequence
+
+_ZERO_HEADER = bytes(HEADER_BYTES)
+
+
+class Verdict(enum.StrEnum):
+    VALID = "VALID"
+    TORN = "TORN"
+    CORRUPT = "CORRUPT"
+    SUBSTITUTED = "SUBSTITUTED"
+    OVER_CAP = "OVER_CAP"
+    MISSING = "MISSING"
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    offset: int
+    kind: Kind
+    version: int
+    payload: bytes
+    fields: dict[str, Any]
+    digest: str
+
+    @property
+    def end(self) -> int:
+        return self.offset + HEADER_BYTES + padded(len(self.payload))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    verdict: Verdict
+    records: tuple[Record, ...]
+    valid_bytes: int
+    head: str | None
+    reason: str
+    # The rules' state after the valid prefix, for a writer that continues this journal.
+    sequence: Sequence = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def genesis(self) -> dict[str, Any] | None:
+        return self.records[0].fields if self.records else None
+
+
+class _Stop(Exception):
+    def __init__(self, verdict: Verdict, reason: str) -> None:
+        super().__init__(reason)
+        self.verdict = verdict
+        self.reason = reason
+
+
+def _sector_chunks(data: memoryview, start: int, stop: int):
+    """``data[start:stop]`` cut at every multiple of 512 of the file offset."""
+    while start < stop:
+        cut = min(stop, (start // SECTOR + 1) * SECTOR)
+        yield bytes(data[start:cut])
+        start = cut
+
+
+def _torn_shape(data: memoryview, offset: int, length: int, stop: int) -> tuple[bool, bool]:
+    """(could these bytes be one frame's torn write, does a payload sector read all zero).
+
+    A torn write leaves each 512-byte sector of the frame either written or
+    zero. A payload never holds a zero byte, so a payload chunk must be wholly
+    zero or hold no zero at all, and any padding present must be zero.
+    """
+    payload_stop = min(stop, offset + HEADER_BYTES + length)
+    zero_chunk = False
+    for chunk in _sector_chunks(data, offset + HEADER_BYTES, payload_stop):
+        if not chunk.strip(b"\x00"):
+            zero_chunk = True
+        elif b"\x00" in chunk:
+            return False, zero_chunk
+    if any(data[payload_stop:stop]):
+        return False, zero_chunk
+    return True, zero_chunk
+
+
+class _Walk:
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+        self.offset = 0
+        self.previous = b""
+        self.records: list[Record] = []
+        self.sequence = Sequence()
+
+    def run(self) -> None:
+        end = len(self.data)
+        while self.offset < end:
+            self._frame(end)
+        if not self.records:
+            raise _Stop(Verdict.TORN, "the journal is empty; its GENESIS record was never written")
+
+    def _frame(self, end: int) -> None:
+        data, offset = self.data, self.offset
+        where = f"offset {offset}, record {len(self.records) + 1}"
+        rest = end - offset
+        if rest < HEADER_BYTES:
+            raise _Stop(Verdict.TORN, f"{where}: the last frame's header is incomplete ({rest} of 8 bytes)")
+        header = bytes(data[offset : offset + HEADER_BYTES])
+        if header == _ZERO_HEADER:
+            if rest <= MAX_FRAME and not any(data[offset:end]):
+                raise _Stop(Verdict.TORN, f"{where}: the last frame is zero-filled ({rest} bytes)")
+            raise _Stop(Verdict.CORRUPT, f"{where}: a zero header is followed by nonzero bytes")
+        length, kind_number, version, reserved = HEADER.unpack(header)
+        try:
+            kind = check_header(length, kind_number, version, reserved)
+        except FrameError as error:
+            raise _Stop(Verdict.CORRUPT, f"{where}: {error.reason}") from None
+        frame_end = offset + HEADER_BYTES + padded(length)
+        if frame_end > end:
+            if _torn_shape(data, offset, length, end)[0]:
+                raise _Stop(Verdict.TORN, f"{where}: the last {kind.name} frame is incomplete ({rest} of {frame_end - offset} bytes)")
+            raise _Stop(Verdict.CORRUPT, f"{where}: the {kind.name} frame runs past the end, over bytes no torn write leaves")
+        payload = bytes(data[offset + HEADER_BYTES : offset + HEADER_BYTES + length])
+        try:
+            fields = self._check(kind, header, payload, frame_end)
+        except FrameError as error:
+            consistent, zero_chunk = _torn_shape(data, offset, length, frame_end)
+            if frame_end == end and zero_chunk and consistent:
+                raise _Stop(Verdict.TORN, f"{where}: the last {kind.name} frame holds a zero-filled sector") from None
+            raise _Stop(Verdict.CORRUPT, f"{where} ({kind.name}): {error.reason}") from None
+        digest = chain_step(self.previous, header, payload)
+        head = digest.hex()
+        self.sequence.admit(kind, fields, head)
+        self.records.append(Record(offset, kind, version, payload, fields, head))
+        self.previous = digest
+        self.offset = frame_end
+
+    def _check(self, kind: Kind, header: bytes, payload: bytes, frame_end: int) -> dict[str, Any]:
+        data, offset = self.data, self.offset
+        if any(data[offset + HEADER_BYTES + len(payload) : frame_end]):
+            raise FrameError("the padding after the payload is not all zero")
+        try:
+            fields = decode_payload(kind, payload)
+        except Refused as refusal:
+            raise FrameError(f"payload {refusal.sentence()}") from None
+        try:
+            self.sequence.check_order(kind, fields)
+        except Refused as refusal:
+            raise FrameError(refusal.rule if refusal.where == kind.name else refusal.sentence()) from None
+        if kind is Kind.GENESIS:
+            self.previous = genesis_digest(fields["journal_id"], fields["stage_id"])
+        if fields["prev"] != self.previous.hex():
+            raise FrameError("prev does not match the digest of the chain before it; the chain is broken")
+        try:
+            self.sequence.check_bounds(kind, frame_end)
+        except OverCap as refusal:
+            raise _Stop(Verdict.OVER_CAP, f"offset {offset}, record {len(self.records) + 1} ({kind.name}): {refusal.rule}") from None
+        return fields
+
+
+def read_journal(
+    data: bytes | None,
+    *,
+    expect_stage_id: str | None = None,
+    expect_journal_id: str | None = None,
+    expect_head: str | None = None,
+) -> Reading:
+    """The verdict on a journal's stored bytes; ``None`` means there is no journal (MISSING)."""
+    if data is None:
+        return Reading(Verdict.MISSING, (), 0, None, "there is no journal", Sequence())
+    walk = _Walk(memoryview(data)[:CAP])
+    verdict, reason = Verdict.VALID, ""
+    try:
+        walk.run()
+    except _Stop as stop:
+        verdict, reason = stop.verdict, stop.reason
+    records = tuple(walk.records)
+    head = records[-1].digest if records else None
+    if len(data) > CAP:
+        verdict, reason = Verdict.OVER_CAP, f"the journal is {len(data)} bytes or more, over the {CAP}-byte cap"
+    elif verdict in (Verdict.VALID, Verdict.TORN) and records:
+        genesis = records[0].fields
+        if expect_stage_id is not None and genesis["stage_id"] != expect_stage_id:
+            verdict, reason = Verdict.SUBSTITUTED, f"the chain is bound to stage {genesis['stage_id']!r}, not {expect_stage_id!r}"
+        elif expect_journal_id is not None and genesis["journal_id"] != expect_journal_id:
+            verdict, reason = Verdict.SUBSTITUTED, f"the chain is journal {genesis['journal_id']!r}, not {expect_journal_id!r}"
+        elif expect_head is not None and head != expect_head:
+            verdict, reason = Verdict.SUBSTITUTED, f"the head is {head}, not the expected {expect_head}"
+    if verdict is Verdict.VALID:
+        reason = f"{len(records)} records verify; the chain ends at the head"
+    return Reading(verdict, records, walk.offset, head, reason, walk.sequence)

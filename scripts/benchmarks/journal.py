@@ -1,0 +1,115 @@
+"""journal_append and journal_verify: the journal's durable write path and its reader, each against its anchor.
+
+Both run on the filesystem of the checkout (a real disk, not tmpfs), in one run
+with their anchors so the ratio is fair:
+- journal_append: durable 512-byte appends per second through JournalWriter,
+  against a bare pwrite+fdatasync loop of the same 512-byte frames. Goal ≥ 0.8.
+- journal_verify: milliseconds to read_journal a full 262,144-byte journal of
+  steward-like records, against hashlib.sha256 over the same bytes. Goal ≤ 10.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import tempfile
+import time
+
+from journal.format import CAP, MAX_PAYLOAD, RESERVE_START, Kind
+from journal.reader import read_journal
+from journal.sequence import OverCap
+from journal.writer import JournalWriter
+from timing import median_seconds
+
+REPO = pathlib.Path(__file__).resolve().parent.parent.parent
+FRAME = 512
+APPENDS = 480
+BLOCK = 10
+
+
+def _mount_fields(number: int) -> dict:
+    """A MOUNT_INTENT whose frame is exactly 512 bytes (16-digit time, 64-hex prev)."""
+    op = f"m{number:05d}"
+    base = len('{"at":1700000000000000,"kind":"tmpfs","op_id":"","prev":"","target":"/"}') + len(op) + 64
+    return {"op_id": op, "target": "/" + "x" * (FRAME - 8 - base), "kind": "tmpfs"}
+
+
+def journal_append() -> dict:
+    """Blocks of journal appends and raw appends, interleaved so both see the same disk at the same moments."""
+    fields = [_mount_fields(number) for number in range(APPENDS)]
+    frame = b"\x00" * FRAME
+    journal_seconds = raw_seconds = 0.0
+    with tempfile.TemporaryDirectory(prefix=".bench-journal-", dir=REPO) as directory:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        raw_fd = os.open("raw", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            with JournalWriter.create(dir_fd, "journal", journal_id="bench", stage_id="bench", attempt_id="bench") as writer:
+                genesis_end = writer.size
+                for start in range(0, APPENDS, BLOCK):
+                    began = time.perf_counter()
+                    for number in range(start, start + BLOCK):
+                        os.pwrite(raw_fd, frame, number * FRAME)
+                        os.fdatasync(raw_fd)
+                    middle = time.perf_counter()
+                    for item in fields[start : start + BLOCK]:
+                        writer.append(Kind.MOUNT_INTENT, item)
+                    raw_seconds += middle - began
+                    journal_seconds += time.perf_counter() - middle
+                assert writer.size == genesis_end + APPENDS * FRAME, "every appended frame is 512 bytes"
+        finally:
+            os.close(raw_fd)
+            os.close(dir_fd)
+    return {
+        "metric": "journal_append",
+        "value": round(APPENDS / journal_seconds, 1),
+        "unit": "appends/s",
+        "anchor": "pwrite+fdatasync of the same 512-byte frames",
+        "anchor_value": round(APPENDS / raw_seconds, 1),
+    }
+
+
+def full_journal() -> bytes:
+    """A journal filled to the reserve with launcher and mount lifecycles, then both retirement records."""
+    with tempfile.TemporaryDirectory(prefix=".bench-journal-", dir=REPO) as directory:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            writer = JournalWriter.create(dir_fd, "journal", journal_id="bench", stage_id="bench", attempt_id="bench")
+            number = 0
+            try:
+                while True:
+                    op, mount = f"p{number}", f"m{number}"
+                    writer.process_intent(op, "launcher", 1000 + number, 5_000_000 + number, 1000 + number)
+                    writer.mount_intent(mount, f"/sandbox/case-{number}/tmp", "tmpfs")
+                    writer.mount_done(mount, f"/sandbox/case-{number}/tmp", "tmpfs")
+                    writer.process_released(op)
+                    writer.process_terminal(op, 0, "steward")
+                    number += 1
+            except OverCap:
+                pass
+            base = len('{"at":1700000000000000,"kind":"tmpfs","op_id":"pad","prev":"","target":"/"}') + 64
+            writer.mount_intent("pad", "/" + "x" * (RESERVE_START - writer.size - 8 - base), "tmpfs")
+            note = MAX_PAYLOAD - len('{"at":1700000000000000,"note":"","prev":""}') - 64
+            writer.retirement_intent("n" * note)
+            writer.retired("n" * note)
+            writer.close()
+        finally:
+            os.close(dir_fd)
+        return (pathlib.Path(directory) / "journal").read_bytes()
+
+
+def journal_verify() -> dict:
+    data = full_journal()
+    assert len(data) == CAP and read_journal(data).verdict == "VALID"
+    value = median_seconds(lambda: read_journal(data), repeat=15)
+    anchor = median_seconds(lambda: hashlib.sha256(data).digest(), repeat=200)
+    return {
+        "metric": "journal_verify",
+        "value": round(value * 1000, 3),
+        "unit": "ms",
+        "anchor": f"hashlib.sha256 over the same {len(data)} bytes",
+        "anchor_value": round(anchor * 1000, 4),
+    }
+
+
+METRICS = {"journal_append": journal_append, "journal_verify": journal_verify}
