@@ -3,16 +3,18 @@
 The reader takes bytes, never text, so nothing upstream can sniff an
 encoding. It returns plain ``dict``/``list``/``str``/``int``/``bool``/``None``
 values, or raises :class:`StrictJSONError` naming the JSON path and the rule.
+Whether the top level must be an object is the schema's rule
+(:class:`journal.closed.ClosedObject`), not the reader's.
 
 The writer emits RFC 8785 (JCS) bytes for this profile: integers only, keys
-sorted by UTF-16 code units, minimal escapes, no whitespace.
+sorted by UTF-16 code units, minimal escapes, no whitespace. It refuses every
+value the reader would refuse, so whatever casebox writes it can read back.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from journal.errors import Refused
 
@@ -24,6 +26,13 @@ _BOM = b"\xef\xbb\xbf"
 # Longest decimal text of a safe integer, sign included; longer text cannot be in range
 # and must never reach int(), which refuses more than 4,300 digits with a ValueError.
 _MAX_INT_TEXT = len(str(-MAX_SAFE_INTEGER))
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+# A string from its opening quote to its closing quote, or to the end of an
+# unterminated document. It always matches at a quote, so a scan never restarts
+# inside a string it has already passed: the depth pre-scan stays linear.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _forbidden_code_points() -> re.Pattern[str]:
@@ -35,9 +44,6 @@ def _forbidden_code_points() -> re.Pattern[str]:
 
 
 _FORBIDDEN = _forbidden_code_points()
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKET = re.compile(r"[\[\]{}]")
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class StrictJSONError(Refused):
@@ -86,15 +92,35 @@ def child_path(path: str, key: str | int) -> str:
     return f"{path}[{json.dumps(key)}]"
 
 
+def _too_deep(path: str) -> StrictJSONError:
+    return StrictJSONError(path, f"nests deeper than {MAX_DEPTH} levels of arrays and objects")
+
+
+def _out_of_range(path: str) -> StrictJSONError:
+    return StrictJSONError(path, "is an integer outside ±(2^53−1)")
+
+
+class _Budget:
+    """Counts values, containers and scalars alike, against MAX_NODES."""
+
+    def __init__(self) -> None:
+        self.nodes = 0
+
+    def spend(self, path: str) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise StrictJSONError(path, f"is past the document's limit of {MAX_NODES} values")
+
+
 def _check_depth(text: str) -> None:
     # Measured before parsing so the recursive scanner never gets deep enough to
-    # raise RecursionError; strings are blanked first so their brackets do not count.
+    # raise RecursionError. Strings are dropped first so their brackets do not count.
     depth = 0
-    for match in _BRACKET.finditer(_STRING.sub('""', text)):
-        if match.group() in "[{":
+    for bracket in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        if bracket in "[{":
             depth += 1
             if depth > MAX_DEPTH:
-                raise StrictJSONError("$", f"nests deeper than {MAX_DEPTH} levels")
+                raise _too_deep("$")
         else:
             depth -= 1
 
@@ -107,45 +133,42 @@ def _check_text(value: str, path: str, what: str) -> None:
         raise StrictJSONError(path, f"{what} holds {kind} (U+{code:04X})")
 
 
-class _Builder:
-    def __init__(self) -> None:
-        self.nodes = 0
-
-    def build(self, raw: Any, path: str) -> Any:
-        self.nodes += 1
-        if self.nodes > MAX_NODES:
-            raise StrictJSONError(path, f"the document has more than {MAX_NODES} values")
-        if isinstance(raw, _Pairs):
-            result: dict[str, Any] = {}
-            for key, member in raw:
-                member_path = child_path(path, key)
-                _check_text(key, member_path, "the key")
-                if key in result:
-                    raise StrictJSONError(member_path, "is a duplicate key")
-                result[key] = None
-                result[key] = self.build(member, member_path)
-            return result
-        if type(raw) is list:
-            return [self.build(item, child_path(path, index)) for index, item in enumerate(raw)]
-        if type(raw) is str:
-            _check_text(raw, path, "the string")
-            return raw
-        if type(raw) is int:
-            if not -MAX_SAFE_INTEGER <= raw <= MAX_SAFE_INTEGER:
-                raise StrictJSONError(path, "is an integer outside ±(2^53−1)")
-            return raw
-        if isinstance(raw, _Token):
-            if raw.kind == "range":
-                raise StrictJSONError(path, "is an integer outside ±(2^53−1)")
-            if raw.kind == "constant":
-                raise StrictJSONError(path, f"is the non-finite number {raw.text}")
-            raise StrictJSONError(path, f"is a non-integer number ({raw.text[:24]}); floats are refused")
-        if raw is None or raw is True or raw is False:
-            return raw
-        raise StrictJSONError(path, f"holds an unexpected {type(raw).__name__}")
+def _build(raw: object, path: str, budget: _Budget) -> object:
+    budget.spend(path)
+    if isinstance(raw, _Pairs):
+        result: dict[str, object] = {}
+        for key, member in raw:
+            member_path = child_path(path, key)
+            _check_text(key, member_path, "the key")
+            if key in result:
+                raise StrictJSONError(member_path, "is a duplicate key")
+            result[key] = _build(member, member_path, budget)
+        return result
+    if type(raw) is list:
+        return [_build(item, child_path(path, index), budget) for index, item in enumerate(raw)]
+    if type(raw) is str:
+        _check_text(raw, path, "the string")
+        return raw
+    if type(raw) is int:
+        if not -MAX_SAFE_INTEGER <= raw <= MAX_SAFE_INTEGER:
+            raise _out_of_range(path)
+        return raw
+    if isinstance(raw, _Token):
+        if raw.kind == "range":
+            raise _out_of_range(path)
+        if raw.kind == "constant":
+            raise StrictJSONError(path, f"is the non-finite number {raw.text}")
+        raise StrictJSONError(path, f"is a non-integer number ({raw.text[:24]}); floats are refused")
+    if raw is None or raw is True or raw is False:
+        return raw
+    raise StrictJSONError(path, f"holds an unexpected {type(raw).__name__}")
 
 
-def loads(data: bytes, *, max_bytes: int) -> Any:
+def _not_json(error: json.JSONDecodeError) -> StrictJSONError:
+    return StrictJSONError("$", f"is not JSON: {error.msg.lower()} (line {error.lineno}, column {error.colno})")
+
+
+def loads(data: bytes, *, max_bytes: int) -> object:
     """Parse one closed JSON document of at most ``max_bytes`` bytes."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("strictjson.loads takes bytes")
@@ -158,14 +181,18 @@ def loads(data: bytes, *, max_bytes: int) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise StrictJSONError("$", f"the document is not valid UTF-8 (byte {error.start})") from None
+    start = _WHITESPACE.match(text).end()
+    if start == len(text):
+        raise StrictJSONError("$", "the document is empty")
     _check_depth(text)
     try:
-        raw = _DECODER.decode(text)
+        raw, end = _DECODER.raw_decode(text, start)
     except json.JSONDecodeError as error:
-        raise StrictJSONError("$", f"the document is not JSON ({error.msg} at character {error.pos})") from None
-    except RecursionError:
-        raise StrictJSONError("$", f"nests deeper than {MAX_DEPTH} levels") from None
-    return _Builder().build(raw, "$")
+        raise _not_json(error) from None
+    end = _WHITESPACE.match(text, end).end()
+    if end != len(text):
+        raise StrictJSONError("$", f"has data after the JSON value (at character {end})")
+    return _build(raw, "$", _Budget())
 
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -188,13 +215,8 @@ def _utf16_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _enter(path: str, depth: int) -> int:
-    if depth >= MAX_DEPTH:
-        raise StrictJSONError(path, f"nests deeper than {MAX_DEPTH} levels")
-    return depth + 1
-
-
-def _write(value: Any, path: str, depth: int, out: list[str]) -> None:
+def _write(value: object, path: str, depth: int, budget: _Budget, out: list[str]) -> None:
+    budget.spend(path)
     if value is None:
         out.append("null")
     elif value is True:
@@ -203,12 +225,13 @@ def _write(value: Any, path: str, depth: int, out: list[str]) -> None:
         out.append("false")
     elif type(value) is int:
         if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            raise StrictJSONError(path, "is an integer outside ±(2^53−1)")
+            raise _out_of_range(path)
         out.append(str(value))
     elif type(value) is str:
         _write_string(value, path, "the string", out)
     elif type(value) is dict:
-        inner = _enter(path, depth)
+        if depth == MAX_DEPTH:
+            raise _too_deep(path)
         for key in value:
             if type(key) is not str:
                 raise StrictJSONError(path, f"has a non-string key {key!r}")
@@ -219,22 +242,23 @@ def _write(value: Any, path: str, depth: int, out: list[str]) -> None:
                 out.append(",")
             _write_string(key, member_path, "the key", out)
             out.append(":")
-            _write(value[key], member_path, inner, out)
+            _write(value[key], member_path, depth + 1, budget, out)
         out.append("}")
     elif type(value) in (list, tuple):
-        inner = _enter(path, depth)
+        if depth == MAX_DEPTH:
+            raise _too_deep(path)
         out.append("[")
         for index, item in enumerate(value):
             if index:
                 out.append(",")
-            _write(item, child_path(path, index), inner, out)
+            _write(item, child_path(path, index), depth + 1, budget, out)
         out.append("]")
     else:
         raise StrictJSONError(path, f"cannot be written canonically ({type(value).__name__})")
 
 
-def canonical(value: Any) -> bytes:
+def canonical(value: object) -> bytes:
     """RFC 8785 bytes of ``value`` within the profile; raises StrictJSONError outside it."""
     out: list[str] = []
-    _write(value, "$", 0, out)
+    _write(value, "$", 0, _Budget(), out)
     return "".join(out).encode("utf-8")
