@@ -8,7 +8,7 @@ left when the caller calls :meth:`ClosedObject.done`.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
 
 from journal.strictjson import StrictJSONError, child_path
 
@@ -16,7 +16,7 @@ _MISSING = object()
 SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: object) -> str:
     return {bool: "a bool", int: "an integer", str: "a string", list: "an array", dict: "an object"}.get(
         type(value), "null" if value is None else type(value).__name__
     )
@@ -25,13 +25,13 @@ def _type_name(value: Any) -> str:
 class ClosedObject:
     """One JSON object whose every field must be popped exactly once."""
 
-    def __init__(self, value: Any, path: str = "$") -> None:
+    def __init__(self, value: object, path: str = "$") -> None:
         if type(value) is not dict:
             raise StrictJSONError(path, f"must be an object, not {_type_name(value)}")
         self._rest = dict(value)
         self.path = path
 
-    def _pop(self, key: str, expected: type, noun: str) -> Any:
+    def _pop(self, key: str, expected: type, noun: str) -> object:
         value = self._rest.pop(key, _MISSING)
         if value is _MISSING:
             raise StrictJSONError(child_path(self.path, key), "is missing")
@@ -81,7 +81,7 @@ class ClosedObject:
     def pop_sha256(self, key: str) -> str:
         return self.pop_str(key, max_bytes=64, pattern=SHA256_HEX, rule="must be 64 lowercase hex digits")
 
-    def pop_list(self, key: str, *, min_items: int, max_items: int) -> Iterator[tuple[str, Any]]:
+    def pop_list(self, key: str, *, min_items: int, max_items: int) -> Iterator[tuple[str, object]]:
         """Each item of an array field, with its path, after the length is checked."""
         value = self._pop(key, list, "an array")
         path = child_path(self.path, key)
@@ -93,7 +93,7 @@ class ClosedObject:
         value = self._pop(key, dict, "an object")
         return ClosedObject(value, child_path(self.path, key))
 
-    def pop_nullable(self, key: str) -> Any:
+    def pop_nullable(self, key: str) -> object:
         """Pop a field whose value may be null; the caller checks a non-null value."""
         value = self._rest.pop(key, _MISSING)
         if value is _MISSING:
@@ -107,7 +107,7 @@ class ClosedObject:
 
 
 def check_str(
-    value: Any,
+    value: object,
     path: str,
     *,
     max_bytes: int,
