@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from executor.frontend import run_command, say_refused
 from journal.errors import Refused
 
 # Each module defines register(subparsers); a command sets ``handler`` with
-# set_defaults and the handler returns the exit code.
+# set_defaults and the handler returns the exit code. The module
+# executor.commands.NAME registers the command NAME, so ``casebox NAME ...``
+# imports that module alone; help and unknown commands import them all.
 COMMAND_MODULES = (
     "executor.commands.plan",
     "executor.commands.pack",
@@ -24,12 +26,14 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors are bad input too: exit 64 with one sentence, never exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise Refused(self.prog.removeprefix("casebox").strip() or "casebox", message)
+        # argparse names the argument in ``message``; ``where`` adds the subcommand, if any.
+        raise Refused(self.prog.removeprefix("casebox").strip(), message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _global_parser(*, add_help: bool) -> _Parser:
     parser = _Parser(
         prog="casebox",
+        add_help=add_help,
         description="Run an untrusted Python candidate against a closed case plan in namespace sandboxes, "
         "and check the evidence it leaves.",
     )
@@ -37,21 +41,46 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--config",
         metavar="FILE",
-        help="configuration file (default: /etc/casebox/casebox.toml when it exists); flags override it",
+        help="configuration file (default: /etc/casebox/casebox.toml when it exists); flags override it; "
+        "a file named here must exist",
     )
+    return parser
+
+
+def _modules_for(argv: Sequence[str]) -> Sequence[str]:
+    # Read with the global options alone, so --config's value is never taken for the command.
+    _, rest = _global_parser(add_help=False).parse_known_args(argv)
+    word = rest[0] if rest and not rest[0].startswith("-") else None
+    chosen = [name for name in COMMAND_MODULES if name.rpartition(".")[2] == word]
+    return chosen or COMMAND_MODULES
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: only the named command's module when it has one, else every command."""
+    parser = _global_parser(add_help=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
-    for name in COMMAND_MODULES:
+    for name in COMMAND_MODULES if argv is None else _modules_for(argv):
         importlib.import_module(name).register(subparsers)
     return parser
 
 
+def _run(args: argparse.Namespace) -> int:
+    if args.config is not None:
+        # A file the user named is checked whether or not this command reads settings.
+        from executor import config
+
+        config.load(args.config)
+    return args.handler(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
     except Refused as refusal:
         return say_refused(refusal)
-    return run_command(lambda: args.handler(args), debug=args.debug)
+    return run_command(lambda: _run(args), debug=args.debug)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 A refusal is exit 64 and one sentence on stderr naming the path or field and
 the rule. Anything else that escapes is an internal error: exit 70 and one
-line, with the traceback only under ``--debug``.
+line, with the traceback only under ``--debug``. Output is flushed before the
+exit code is decided, so an answer that could not be delivered is never exit 0.
 """
 
 from __future__ import annotations
@@ -10,16 +11,16 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import traceback
-from typing import Callable
+from collections.abc import Callable
 
-from journal.errors import Refused
+from journal.errors import Refused, one_line
 
 EXIT_OK = 0
 EXIT_NOT_OK = 1
 EXIT_UNVERIFIED = 3
 EXIT_REFUSED = 64
 EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
 
 
 class InternalFailure(Exception):
@@ -31,29 +32,37 @@ def say_refused(refusal: Refused) -> int:
     return EXIT_REFUSED
 
 
+def _say_internal(text: str, *, debug: bool) -> int:
+    if debug:
+        import traceback  # only here: it costs a few milliseconds on every start
+
+        traceback.print_exc()
+    print(f"casebox: {one_line(text)}", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
 def run_command(handler: Callable[[], int], *, debug: bool) -> int:
     try:
-        return handler()
+        code = handler()
+        sys.stdout.flush()
+        return code
     except Refused as refusal:
         return say_refused(refusal)
     except InternalFailure as failure:
-        if debug:
-            traceback.print_exc()
-        print(f"casebox: {' '.join(str(failure).split())}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _say_internal(str(failure), debug=debug)
     except KeyboardInterrupt:
         print("casebox: interrupted.", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # The reader went away; nothing more can be said on stdout.
+        # The reader of stdout went away; point stdout at /dev/null so the
+        # interpreter's final flush cannot fail a second time.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_INTERNAL
+        return _say_internal("standard output was closed before the answer was written.", debug=debug)
     except Exception as error:  # the one place an unexpected error becomes exit 70
-        if debug:
-            traceback.print_exc()
-        detail = " ".join(str(error).split()) or type(error).__name__
-        print(f"casebox: internal error: {type(error).__name__}: {detail} (rerun with --debug for a traceback).", file=sys.stderr)
-        return EXIT_INTERNAL
+        detail = str(error) or type(error).__name__
+        return _say_internal(
+            f"internal error: {type(error).__name__}: {detail} (rerun with --debug for a traceback).", debug=debug
+        )
 
 
 def open_regular(path: str) -> int:
@@ -81,6 +90,8 @@ def read_capped(path: str, cap: int) -> bytes:
             chunks.append(chunk)
             remaining -= len(chunk)
         data = b"".join(chunks)
+    except OSError as error:
+        raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
     finally:
         os.close(fd)
     if len(data) > cap:

@@ -7,6 +7,17 @@ it; the front end turns it into exit 64 and its sentence (DESIGN F1).
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """``text`` safe for one terminal line: every unprintable character escaped.
+
+    A file name or a message can hold a newline or a terminal escape; shown
+    raw, it would split the one-sentence answer or rewrite the screen.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
 class Refused(Exception):
     """Input broke a closed rule. ``where`` names the path or field, ``rule`` the rule."""
 
@@ -16,8 +27,7 @@ class Refused(Exception):
         self.rule = rule
 
     def sentence(self) -> str:
-        text = f"{self.where}: {self.rule}" if self.where else self.rule
-        text = " ".join(text.split())
+        text = one_line(f"{self.where}: {self.rule}" if self.where else self.rule)
         return text if text.endswith(".") else text + "."
 
     def under(self, outer: str) -> "Refused":

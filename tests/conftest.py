@@ -1,9 +1,10 @@
-"""Shared fixtures: corpora, the dedicated sandbox ids, root detection."""
+"""Shared fixtures: corpora, the dedicated sandbox ids, root detection, the installed CLI."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
 
 import pytest
 
@@ -42,3 +43,42 @@ def sandbox_ids() -> tuple[int, int]:
     uid = int(os.environ.get("CASEBOX_TEST_UID", DEFAULT_SANDBOX_ID))
     gid = int(os.environ.get("CASEBOX_TEST_GID", uid))
     return uid, gid
+
+
+CASEBOX = REPO / ".venv" / "bin" / "casebox"
+
+
+class CommandLine:
+    """The installed ``casebox`` console script, run from outside as a user runs it."""
+
+    def __call__(self, *args: str, cwd: os.PathLike | str = REPO, **kwargs) -> subprocess.CompletedProcess:
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        kwargs.setdefault("timeout", 120)
+        return subprocess.run([str(CASEBOX), *args], cwd=cwd, stdin=subprocess.DEVNULL, **kwargs)
+
+    def refused(self, *args: str, naming: str, **kwargs) -> str:
+        """Run, check the F1 answer (exit 64, nothing on stdout, one sentence on stderr naming
+        ``naming``, no traceback), and return the sentence."""
+        result = self(*args, **kwargs)
+        assert result.returncode == 64, result
+        assert result.stdout == b""
+        return self.one_sentence(result.stderr, naming)
+
+    @staticmethod
+    def one_sentence(stderr: bytes | str, naming: str) -> str:
+        """The one line ``casebox: ... .`` that is all of ``stderr``, after checking it names ``naming``."""
+        text = stderr.decode("utf-8") if isinstance(stderr, bytes) else stderr
+        assert text.count("\n") == 1 and text.endswith(".\n"), text
+        assert text.startswith("casebox: "), text
+        assert "Traceback" not in text
+        assert naming in text, text
+        return text[len("casebox: ") : -1]
+
+
+@pytest.fixture(scope="session")
+def casebox() -> CommandLine:
+    """Runs .venv/bin/casebox in a subprocess (scripts/bootstrap installs it)."""
+    if not os.access(CASEBOX, os.X_OK):
+        pytest.fail(f"{CASEBOX} is missing: run scripts/bootstrap first")
+    return CommandLine()
