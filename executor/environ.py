@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASS_THROUGH = ("TZ", "TERM")
@@ -34,7 +34,7 @@ def trusted_env(overrides: Mapping[str, str] | None = None, *, parent: Mapping[s
     for name, value in (overrides or {}).items():
         if forbidden_variable(name):
             raise ValueError(f"{name} may not be passed to a trusted-side subprocess")
-        if "\x00" in name or "=" in name or "\x00" in value:
+        if not name or "\x00" in name or "=" in name or "\x00" in value:
             raise ValueError(f"{name!r} is not a valid environment entry")
         env[name] = value
     return env
