@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from typing import Any
 
 from executor.frontend import read_capped
 from journal.errors import Refused
@@ -31,22 +30,20 @@ class Config:
     client_uids: tuple[int, ...] = (0,)
     source: str = "built-in defaults"
 
-    def overridden(self, **flags: Any) -> "Config":
+    def overridden(self, **flags: object) -> "Config":
         """This configuration with every flag that was given (not None) taking precedence."""
-        given = {name: value for name, value in flags.items() if value is not None}
-        if not given:
-            return self
-        for name, value in given.items():
-            _check(name, value, f"--{name.replace('_', '-')}")
-        return dataclasses.replace(self, **given)
+        given = {
+            name: _check(name, value, f"--{name.replace('_', '-')}") for name, value in flags.items() if value is not None
+        }
+        return dataclasses.replace(self, **given) if given else self
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         values = dataclasses.asdict(self)
         values["client_uids"] = list(self.client_uids)
         return values
 
 
-def _check(name: str, value: Any, where: str) -> Any:
+def _check(name: str, value: object, where: str) -> object:
     if name in ("state_root", "socket"):
         if type(value) is not str or not value.startswith("/") or "\x00" in value:
             raise Refused(where, "must be an absolute path")
@@ -64,10 +61,10 @@ def _check(name: str, value: Any, where: str) -> Any:
 
 def load(path: str | None = None) -> Config:
     """The configuration at ``path``, or the default file if it exists, or the defaults."""
-    explicit = path is not None
-    path = path or DEFAULT_PATH
-    if not explicit and not os.path.exists(path):
-        return Config()
+    if path is None:
+        if not os.path.exists(DEFAULT_PATH):
+            return Config()
+        path = DEFAULT_PATH
     data = read_capped(path, CONFIG_MAX_BYTES)
     try:
         table = tomllib.loads(data.decode("utf-8"))
@@ -75,7 +72,6 @@ def load(path: str | None = None) -> Config:
         raise Refused(path, "is not valid UTF-8") from None
     except tomllib.TOMLDecodeError as error:
         raise Refused(path, f"is not valid TOML ({error})") from None
-    settings = {name: _check(name, value, f"{path}: {name}") for name, value in table.items() if name != "source"}
-    if "source" in table:
-        raise Refused(f"{path}: source", "is not a known setting")
+    # "source" records where the settings came from; it is not a setting, so _check refuses it.
+    settings = {name: _check(name, value, f"{path}: {name}") for name, value in table.items()}
     return Config(source=path, **settings)
