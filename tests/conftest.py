@@ -29,6 +29,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def repo() -> pathlib.Path:
+    """The checkout under test."""
+    return REPO
+
+
+@pytest.fixture(scope="session")
 def corpora() -> pathlib.Path:
     """The shared public corpora (JSONTestSuite, Go archive/tar, RFC 8785)."""
     for candidate in CORPORA_CANDIDATES:
