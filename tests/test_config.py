@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
 from executor import config
@@ -146,3 +149,16 @@ def test_a_good_explicit_config_is_accepted(casebox, tmp_path):
     """F1: a valid named file lets the command run."""
     result = casebox("--config", str(write(tmp_path, "sandbox_uid = 1234\n")), "plan", "check", EXAMPLE_PLAN)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_documented_keys_and_example_match_the_code(repo, tmp_path):
+    """docs/configuration.md lists every setting with its default, and its example is a valid file."""
+    text = (repo / "docs" / "configuration.md").read_text()
+    for field in dataclasses.fields(Config):
+        if field.name != "source":
+            row = re.search(rf"^\| `{field.name}` \|[^|]*\| `?([^|`]*)`? \|", text, re.MULTILINE)
+            assert row, field.name
+            default = field.default
+            assert row.group(1) == (str(list(default)).replace(" ", "") if isinstance(default, tuple) else str(default))
+    example = re.search(r"```toml\n(.*?)```", text, re.DOTALL).group(1)
+    assert config.load(str(write(tmp_path, example))).client_uids == (0, 1001)
