@@ -92,12 +92,32 @@ def child_path(path: str, key: str | int) -> str:
     return f"{path}[{json.dumps(key)}]"
 
 
-def _too_deep(path: str) -> StrictJSONError:
-    return StrictJSONError(path, f"nests deeper than {MAX_DEPTH} levels of arrays and objects")
+# Where a value sits: (parent, key) links up to the root, which is None. The text
+# of a path is built only for a refusal, so reading 50,000 values formats none.
+_Where = tuple | None
 
 
-def _out_of_range(path: str) -> StrictJSONError:
-    return StrictJSONError(path, "is an integer outside ±(2^53−1)")
+def _path(where: _Where) -> str:
+    keys = []
+    while where is not None:
+        where, key = where
+        keys.append(key)
+    path = "$"
+    for key in reversed(keys):
+        path = child_path(path, key)
+    return path
+
+
+def _refused(where: _Where, rule: str) -> StrictJSONError:
+    return StrictJSONError(_path(where), rule)
+
+
+def _too_deep(where: _Where) -> StrictJSONError:
+    return _refused(where, f"nests deeper than {MAX_DEPTH} levels of arrays and objects")
+
+
+def _out_of_range(where: _Where) -> StrictJSONError:
+    return _refused(where, "is an integer outside ±(2^53−1)")
 
 
 class _Budget:
@@ -106,10 +126,10 @@ class _Budget:
     def __init__(self) -> None:
         self.nodes = 0
 
-    def spend(self, path: str) -> None:
+    def spend(self, where: _Where) -> None:
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            raise StrictJSONError(path, f"is past the document's limit of {MAX_NODES} values")
+            raise _refused(where, f"is past the document's limit of {MAX_NODES} values")
 
 
 def _check_depth(text: str) -> None:
@@ -120,48 +140,48 @@ def _check_depth(text: str) -> None:
         if bracket in "[{":
             depth += 1
             if depth > MAX_DEPTH:
-                raise _too_deep("$")
+                raise _too_deep(None)
         else:
             depth -= 1
 
 
-def _check_text(value: str, path: str, what: str) -> None:
+def _check_text(value: str, where: _Where, what: str) -> None:
     found = _FORBIDDEN.search(value)
     if found is not None:
         code = ord(found.group())
         kind = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "a noncharacter"
-        raise StrictJSONError(path, f"{what} holds {kind} (U+{code:04X})")
+        raise _refused(where, f"{what} holds {kind} (U+{code:04X})")
 
 
-def _build(raw: object, path: str, budget: _Budget) -> object:
-    budget.spend(path)
+def _build(raw: object, where: _Where, budget: _Budget) -> object:
+    budget.spend(where)
     if isinstance(raw, _Pairs):
         result: dict[str, object] = {}
         for key, member in raw:
-            member_path = child_path(path, key)
-            _check_text(key, member_path, "the key")
+            member_where = (where, key)
+            _check_text(key, member_where, "the key")
             if key in result:
-                raise StrictJSONError(member_path, "is a duplicate key")
-            result[key] = _build(member, member_path, budget)
+                raise _refused(member_where, "is a duplicate key")
+            result[key] = _build(member, member_where, budget)
         return result
     if type(raw) is list:
-        return [_build(item, child_path(path, index), budget) for index, item in enumerate(raw)]
+        return [_build(item, (where, index), budget) for index, item in enumerate(raw)]
     if type(raw) is str:
-        _check_text(raw, path, "the string")
+        _check_text(raw, where, "the string")
         return raw
     if type(raw) is int:
         if not -MAX_SAFE_INTEGER <= raw <= MAX_SAFE_INTEGER:
-            raise _out_of_range(path)
+            raise _out_of_range(where)
         return raw
     if isinstance(raw, _Token):
         if raw.kind == "range":
-            raise _out_of_range(path)
+            raise _out_of_range(where)
         if raw.kind == "constant":
-            raise StrictJSONError(path, f"is the non-finite number {raw.text}")
-        raise StrictJSONError(path, f"is a non-integer number ({raw.text[:24]}); floats are refused")
+            raise _refused(where, f"is the non-finite number {raw.text}")
+        raise _refused(where, f"is a non-integer number ({raw.text[:24]}); floats are refused")
     if raw is None or raw is True or raw is False:
         return raw
-    raise StrictJSONError(path, f"holds an unexpected {type(raw).__name__}")
+    raise _refused(where, f"holds an unexpected {type(raw).__name__}")
 
 
 def _not_json(error: json.JSONDecodeError) -> StrictJSONError:
@@ -192,7 +212,7 @@ def loads(data: bytes, *, max_bytes: int) -> object:
     end = _WHITESPACE.match(text, end).end()
     if end != len(text):
         raise StrictJSONError("$", f"has data after the JSON value (at character {end})")
-    return _build(raw, "$", _Budget())
+    return _build(raw, None, _Budget())
 
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -204,8 +224,8 @@ def _escape(match: re.Match[str]) -> str:
     return _ESCAPES.get(char) or f"\\u{ord(char):04x}"
 
 
-def _write_string(value: str, path: str, what: str, out: list[str]) -> None:
-    _check_text(value, path, what)
+def _write_string(value: str, where: _Where, what: str, out: list[str]) -> None:
+    _check_text(value, where, what)
     out.append('"')
     out.append(_NEEDS_ESCAPE.sub(_escape, value))
     out.append('"')
@@ -215,8 +235,8 @@ def _utf16_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _write(value: object, path: str, depth: int, budget: _Budget, out: list[str]) -> None:
-    budget.spend(path)
+def _write(value: object, where: _Where, depth: int, budget: _Budget, out: list[str]) -> None:
+    budget.spend(where)
     if value is None:
         out.append("null")
     elif value is True:
@@ -225,40 +245,40 @@ def _write(value: object, path: str, depth: int, budget: _Budget, out: list[str]
         out.append("false")
     elif type(value) is int:
         if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            raise _out_of_range(path)
+            raise _out_of_range(where)
         out.append(str(value))
     elif type(value) is str:
-        _write_string(value, path, "the string", out)
+        _write_string(value, where, "the string", out)
     elif type(value) is dict:
         if depth == MAX_DEPTH:
-            raise _too_deep(path)
+            raise _too_deep(where)
         for key in value:
             if type(key) is not str:
-                raise StrictJSONError(path, f"has a non-string key {key!r}")
+                raise _refused(where, f"has a non-string key {key!r}")
         out.append("{")
         for index, key in enumerate(sorted(value, key=_utf16_order)):
-            member_path = child_path(path, key)
+            member_where = (where, key)
             if index:
                 out.append(",")
-            _write_string(key, member_path, "the key", out)
+            _write_string(key, member_where, "the key", out)
             out.append(":")
-            _write(value[key], member_path, depth + 1, budget, out)
+            _write(value[key], member_where, depth + 1, budget, out)
         out.append("}")
     elif type(value) in (list, tuple):
         if depth == MAX_DEPTH:
-            raise _too_deep(path)
+            raise _too_deep(where)
         out.append("[")
         for index, item in enumerate(value):
             if index:
                 out.append(",")
-            _write(item, child_path(path, index), depth + 1, budget, out)
+            _write(item, (where, index), depth + 1, budget, out)
         out.append("]")
     else:
-        raise StrictJSONError(path, f"cannot be written canonically ({type(value).__name__})")
+        raise _refused(where, f"cannot be written canonically ({type(value).__name__})")
 
 
 def canonical(value: object) -> bytes:
     """RFC 8785 bytes of ``value`` within the profile; raises StrictJSONError outside it."""
     out: list[str] = []
-    _write(value, "$", 0, _Budget(), out)
+    _write(value, None, 0, _Budget(), out)
     return "".join(out).encode("utf-8")
