@@ -63,6 +63,13 @@ class CommandLine:
         kwargs.setdefault("timeout", 120)
         return subprocess.run([str(CASEBOX), *args], cwd=cwd, stdin=subprocess.DEVNULL, **kwargs)
 
+    def run_python(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        """The console script's own interpreter (.venv/bin/python) with ``args``."""
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        kwargs.setdefault("timeout", 120)
+        return subprocess.run([str(CASEBOX.parent / "python"), *args], cwd=REPO, stdin=subprocess.DEVNULL, **kwargs)
+
     def refused(self, *args: str, naming: str, **kwargs) -> str:
         """Run, check the F1 answer (exit 64, nothing on stdout, one sentence on stderr naming
         ``naming``, no traceback), and return the sentence."""

@@ -214,3 +214,21 @@ def test_a_command_imports_only_its_own_module(monkeypatch):
     assert cli._modules_for(["--config", "plan", "absent_for_test"]) == ["executor.commands.absent_for_test"]
     assert cli._modules_for(["--help"]) == cli.COMMAND_MODULES
     assert cli._modules_for(["nonesuch"]) == cli.COMMAND_MODULES
+
+
+# Modules that `casebox plan check` must not import: pyroute2 alone costs ~170 ms,
+# and the rest are several milliseconds each on a ~25 ms command (scripts/bench
+# plan_check_ms). A command that needs one imports it in its own module.
+KEPT_OFF_THE_PLAN_CHECK_PATH = {
+    "pyroute2", "psutil", "cffi", "_cffi_backend", "prctl", "_prctl",
+    "tomllib", "dataclasses", "typing", "inspect", "traceback", "pathlib", "subprocess",
+}
+
+
+def test_plan_check_start_path_imports_nothing_heavy(casebox, repo):
+    """A short-lived command's start path stays light: `plan check` imports none of the heavy modules."""
+    result = casebox.run_python("-X", "importtime", str(repo / ".venv" / "bin" / "casebox"), "plan", "check", REPO_EXAMPLE)
+    assert result.returncode == 0, result.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in result.stderr.decode().splitlines() if line.startswith("import time:")}
+    assert "executor.plan" in imported
+    assert imported & KEPT_OFF_THE_PLAN_CHECK_PATH == set()
