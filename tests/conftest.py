@@ -57,18 +57,19 @@ CASEBOX = REPO / ".venv" / "bin" / "casebox"
 class CommandLine:
     """The installed ``casebox`` console script, run from outside as a user runs it."""
 
-    def __call__(self, *args: str, cwd: os.PathLike | str = REPO, **kwargs) -> subprocess.CompletedProcess:
+    @staticmethod
+    def _run(argv: list[str], cwd: os.PathLike | str, **kwargs) -> subprocess.CompletedProcess:
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         kwargs.setdefault("timeout", 120)
-        return subprocess.run([str(CASEBOX), *args], cwd=cwd, stdin=subprocess.DEVNULL, **kwargs)
+        return subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, **kwargs)
+
+    def __call__(self, *args: str, cwd: os.PathLike | str = REPO, **kwargs) -> subprocess.CompletedProcess:
+        return self._run([str(CASEBOX), *args], cwd, **kwargs)
 
     def run_python(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
         """The console script's own interpreter (.venv/bin/python) with ``args``."""
-        kwargs.setdefault("stdout", subprocess.PIPE)
-        kwargs.setdefault("stderr", subprocess.PIPE)
-        kwargs.setdefault("timeout", 120)
-        return subprocess.run([str(CASEBOX.parent / "python"), *args], cwd=REPO, stdin=subprocess.DEVNULL, **kwargs)
+        return self._run([str(CASEBOX.parent / "python"), *args], REPO, **kwargs)
 
     def refused(self, *args: str, naming: str, **kwargs) -> str:
         """Run, check the F1 answer (exit 64, nothing on stdout, one sentence on stderr naming
