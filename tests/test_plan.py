@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from casebox_cli import run
 
 from executor.plan import MAX_ARG_BYTES, MAX_ARGS, MAX_CASES, MAX_TIMEOUT_MS, PLAN_MAX_BYTES, plan_from_bytes
 from journal.strictjson import StrictJSONError
@@ -311,14 +312,11 @@ def test_other_layouts_give_the_same_digest_from_outside(casebox, repo, tmp_path
 
 def test_every_json_test_suite_refusal_is_one_sentence(corpora, capsys):
     """D1/F1: every n_ and i_ file of JSONTestSuite, checked as a plan, is exit 64 and one sentence."""
-    from executor.cli import main
-
     directory = corpora / "JSONTestSuite" / "test_parsing"
     for path in sorted(directory.glob("[ni]_*.json")):
-        assert main(["plan", "check", str(path)]) == 64, path.name
-        captured = capsys.readouterr()
-        assert captured.out == ""
-        assert captured.err.count("\n") == 1 and captured.err.startswith(f"casebox: {path} at $"), captured.err
+        code, out, err = run(capsys, "plan", "check", str(path))
+        assert (code, out) == (64, ""), path.name
+        assert err.count("\n") == 1 and err.startswith(f"casebox: {path} at $"), err
 
 
 def test_refusals_from_the_schema_are_strict_json_errors():
