@@ -146,6 +146,9 @@ def _check_depth(text: str) -> None:
 
 
 def _check_text(value: str, where: _Where, what: str) -> None:
+    if value.isascii():
+        # Every forbidden code point is above U+D7FF; ASCII text, the common case, holds none.
+        return
     found = _FORBIDDEN.search(value)
     if found is not None:
         code = ord(found.group())
