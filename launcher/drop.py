@@ -1,0 +1,129 @@
+"""S5/S6: the irreversible drop to the dedicated UID/GID, and its proof before READY.
+
+The order matters: the capability bounding set and the securebits can only
+be changed while CAP_SETPCAP is held, so they go first; the UID change then
+empties the permitted and effective sets (SECBIT_NO_SETUID_FIXUP is locked
+off); the parent-death signal is cleared by a credential change, so it is set
+again afterwards. The proof reads what the kernel reports, not what was asked
+for, and the starter checks the same observations again with the same rule.
+"""
+
+from __future__ import annotations
+
+import _signal
+import errno
+import os
+
+import prctl
+
+from launcher import syscalls
+
+_PR_SET_SECUREBITS = 28
+_PR_CAPBSET_DROP = 24
+SECBIT_NOROOT = 1 << 0
+SECBIT_NOROOT_LOCKED = 1 << 1
+SECBIT_NO_SETUID_FIXUP_LOCKED = 1 << 3
+SECBIT_KEEP_CAPS_LOCKED = 1 << 5
+SECBIT_NO_CAP_AMBIENT_RAISE = 1 << 6
+SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED = 1 << 7
+LOCKED_SECUREBITS = (
+    SECBIT_NOROOT
+    | SECBIT_NOROOT_LOCKED
+    | SECBIT_NO_SETUID_FIXUP_LOCKED
+    | SECBIT_KEEP_CAPS_LOCKED
+    | SECBIT_NO_CAP_AMBIENT_RAISE
+    | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED
+)
+_UNCATCHABLE = (_signal.SIGKILL, _signal.SIGSTOP)
+CAPABILITY_SETS = (("cap_inh", "CapInh"), ("cap_prm", "CapPrm"), ("cap_eff", "CapEff"), ("cap_bnd", "CapBnd"), ("cap_amb", "CapAmb"))
+
+
+class DropError(Exception):
+    """The drop did not take, or the kernel reports privileges left."""
+
+
+def last_capability() -> int:
+    with open("/proc/sys/kernel/cap_last_cap", "rb") as file:
+        return int(file.read())
+
+
+def close_descriptors_but(keep: int) -> None:
+    """bubblewrap-style hygiene before the drop: only 0, 1, 2 and the channel stay open."""
+    if keep > 3:
+        syscalls.close_range(3, keep - 1, 0)
+    syscalls.close_range(keep + 1, syscalls.CLOSE_RANGE_ALL, 0)
+
+
+def drop(uid: int, gid: int, last_capability: int) -> None:
+    """Give up root for good: bounding set, securebits, ambient, groups, ids, caps, then the process flags."""
+    for capability in range(last_capability + 1):
+        syscalls.prctl(_PR_CAPBSET_DROP, capability)
+    syscalls.prctl(_PR_SET_SECUREBITS, LOCKED_SECUREBITS)
+    syscalls.prctl(syscalls.PR_CAP_AMBIENT, syscalls.PR_CAP_AMBIENT_CLEAR_ALL)
+    prctl.cap_inheritable.limit()
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    prctl.cap_effective.limit()
+    prctl.cap_permitted.limit()
+    prctl.set_no_new_privs(1)
+    prctl.set_dumpable(False)
+    prctl.set_pdeathsig(_signal.SIGKILL)
+    reset_signals()
+
+
+def reset_signals() -> None:
+    """Every disposition back to default and an empty mask, for pid 1 and every child it forks."""
+    for number in range(1, _signal.NSIG):
+        if number in _UNCATCHABLE:
+            continue
+        try:
+            _signal.signal(number, _signal.SIG_DFL)
+        except (OSError, ValueError):
+            continue  # glibc reserves two real-time signals; they cannot be set from Python
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
+
+
+def observe() -> dict:
+    """What the kernel says about this process now, as the READY message carries it."""
+    try:
+        os.setuid(0)
+        setuid0_errno = 0
+    except OSError as error:
+        setuid0_errno = error.errno
+    status = {}
+    with open("/proc/self/status", "rb") as file:
+        for line in file.read().decode("ascii", "replace").splitlines():
+            key, _, value = line.partition(":")
+            status[key] = value.strip()
+    observations = {
+        "uids": status.get("Uid", "").split(),
+        "gids": status.get("Gid", "").split(),
+        "groups": status.get("Groups", ""),
+        "setuid0_errno": setuid0_errno,
+        "no_new_privs": status.get("NoNewPrivs") == "1",
+    }
+    for key, name in CAPABILITY_SETS:
+        # A missing line reads as all bits set, so it can never pass the check.
+        observations[key] = int(status.get(name, "ffffffffffffffff"), 16)
+    return observations
+
+
+def check(observations: dict, uid: int, gid: int) -> None:
+    """Refuse READY unless the drop is complete: the one rule, used by the launcher and the starter."""
+    problems = []
+    if observations["uids"] != [str(uid)] * 4:
+        problems.append(f"Uid is {' '.join(observations['uids'])}, not {uid} four times")
+    if observations["gids"] != [str(gid)] * 4:
+        problems.append(f"Gid is {' '.join(observations['gids'])}, not {gid} four times")
+    if observations["groups"] != "":
+        problems.append(f"supplementary groups {observations['groups']} remain")
+    if observations["setuid0_errno"] != errno.EPERM:
+        problems.append(f"setuid(0) did not fail with EPERM (errno {observations['setuid0_errno']})")
+    for key, name in CAPABILITY_SETS:
+        if observations[key] != 0:
+            problems.append(f"{name} is {observations[key]:#x}")
+    if observations["no_new_privs"] is not True:
+        problems.append("NoNewPrivs is not 1")
+    if problems:
+        raise DropError("the drop is not proved: " + "; ".join(problems))

@@ -1,0 +1,43 @@
+"""Resource limits (S4) and the limit classes an op can end in (S10).
+
+rlimits contain every op on every host: AS, FSIZE, NOFILE, NPROC and CORE=0
+are set on the launcher at bootstrap and inherited; CPU is set per op in the
+op's child from its timeout. How each class is observed is in
+docs/launcher.md ("Limit classes").
+"""
+
+from __future__ import annotations
+
+import resource
+
+# When an op hits several limits, the first in this order names it: a limit
+# that was hit explains a timeout or a signal that followed it.
+CLASSES = ("MEMORY", "PIDS", "DISK", "OUTPUT", "TIMEOUT", "SIGNALLED", "EXIT_NONZERO", "OK")
+# The launcher observes these; MEMORY and PIDS come from the starter's cgroup counters.
+LAUNCHER_CLASSES = CLASSES[2:]
+
+
+def worst(observed) -> str:
+    """The class of an op that hit every limit in ``observed`` (an empty set is OK)."""
+    for name in CLASSES:
+        if name in observed:
+            return name
+    return "OK"
+
+
+def apply_bootstrap_limits(*, address_space: int, processes: int, files: int, file_size: int) -> None:
+    """Set soft = hard for each limit; run as root before the drop, so nothing can raise them later."""
+    for kind, value in (
+        (resource.RLIMIT_AS, address_space),
+        (resource.RLIMIT_NPROC, processes),
+        (resource.RLIMIT_NOFILE, files),
+        (resource.RLIMIT_FSIZE, file_size),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(kind, (value, value))
+
+
+def apply_op_cpu_limit(timeout_ms: int) -> None:
+    """CPU seconds for one op: the wall timeout rounded up, plus one second before SIGKILL."""
+    seconds = -(-timeout_ms // 1000)
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))

@@ -1,0 +1,102 @@
+"""S2: stage 1 meets its starter and receives the sandbox's setup.
+
+The single-use nonce comes on stdin, never argv: the starter writes it only
+after it has recorded this process (J1), so reading it is also this
+process's release. The launcher then connects to the starter's socket,
+checks SO_PEERCRED (uid 0 and its own parent's pid), and proves itself with
+HELLO carrying the nonce; the starter checks the launcher's credentials the
+same way on its side. Setup follows as leaves, each ACKed, in a fixed order:
+SETUP, IMPORT_DIR, INTERPRETER, then one CAPABILITY per directory, then
+SETUP_END. Descriptors arrive only with the message that names them.
+"""
+
+from __future__ import annotations
+
+import _socket
+import os
+
+from launcher.protocol import DIGEST_BYTES, LAUNCHER, NONCE_BYTES, SOCKET_BUFFER, VERSION, Channel, ProtocolError, peer_credentials
+
+_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_NAME_CHARS = _NAME_START | frozenset("_-")
+_SO_SNDBUFFORCE = 32
+
+
+class Setup:
+    """What stage 1 received: the SETUP fields and the descriptors that came with the leaves."""
+
+    def __init__(self, fields: dict) -> None:
+        self.fields = fields
+        self.import_dir = -1
+        self.interpreter = -1
+        self.interpreter_path = ""
+        self.capabilities: list[tuple[int, str]] = []
+
+
+def read_nonce(fd: int = 0) -> bytes:
+    """Exactly NONCE_BYTES from ``fd``, then end of file; stdin becomes /dev/null."""
+    data = b""
+    while True:
+        chunk = os.read(fd, NONCE_BYTES + 1 - len(data))
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > NONCE_BYTES:
+            break
+    if len(data) != NONCE_BYTES:
+        raise ProtocolError(f"the nonce on stdin is {len(data)} bytes, not {NONCE_BYTES}")
+    null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    os.dup2(null, fd)
+    os.close(null)
+    return data
+
+
+def connect(path: str) -> Channel:
+    """Connect to the starter and authenticate it: uid 0 and the pid of this process's parent."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
+    try:
+        sock.setsockopt(_socket.SOL_SOCKET, _SO_SNDBUFFORCE, SOCKET_BUFFER)
+        sock.connect(path)
+        pid, uid, _ = peer_credentials(sock)
+        if uid != 0 or pid != os.getppid():
+            raise ProtocolError(f"the rendezvous peer is pid {pid} uid {uid}, not the starter (pid {os.getppid()}, uid 0)")
+    except BaseException:
+        sock.close()
+        raise
+    return Channel(sock, LAUNCHER)
+
+
+def is_capability_target(target: str) -> bool:
+    """/usr, or /cap/NAME with NAME lowercase letters, digits, '_' and '-' (at most 64, first alphanumeric)."""
+    if target == "/usr":
+        return True
+    name = target[len("/cap/"):] if target.startswith("/cap/") else ""
+    return 0 < len(name) <= 64 and name[0] in _NAME_START and all(char in _NAME_CHARS for char in name)
+
+
+def receive_setup(channel: Channel, nonce: bytes) -> Setup:
+    channel.leaf("HELLO", version=VERSION, nonce=nonce)
+    message = channel.receive("SETUP")
+    if len(message.fields["digest"]) != DIGEST_BYTES:
+        raise ProtocolError("SETUP digest is not 32 bytes")
+    if message.fields["uid"] == 0 or message.fields["gid"] == 0:
+        raise ProtocolError("SETUP names root as the sandbox identity")
+    setup = Setup(message.fields)
+    channel.ack(message)
+    message = channel.receive("IMPORT_DIR")
+    setup.import_dir = message.fds[0]
+    channel.ack(message)
+    message = channel.receive("INTERPRETER")
+    setup.interpreter, setup.interpreter_path = message.fds[0], message.fields["path"]
+    channel.ack(message)
+    while True:
+        message = channel.receive("CAPABILITY", "SETUP_END")
+        if message.name == "SETUP_END":
+            channel.ack(message)
+            return setup
+        target = message.fields["target"]
+        if not is_capability_target(target) or target in {known for _, known in setup.capabilities}:
+            os.close(message.fds[0])
+            raise ProtocolError(f"capability target {target!r} is not /usr or a new /cap/NAME")
+        setup.capabilities.append((message.fds[0], target))
+        channel.ack(message)

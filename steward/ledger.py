@@ -1,0 +1,65 @@
+"""J1: the intent ledger the starter calls before every effect it releases or permits.
+
+Every method returns only once its record is durable. The starter calls
+``process_intent`` before it releases a blocked process (the launcher's
+nonce, pid 1's release, an op child's release), ``mount_intent`` before it
+ACKs a mount, and records each wait status from the process's own parent:
+``reaper`` is ``starter`` for the launcher stages it started and ``launcher``
+for op processes reaped by pid 1. The steward's journal writer is the
+production ledger; ``RecordingLedger`` keeps the records in memory for
+``casebox sandbox run`` and the tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+
+class IntentLedger(Protocol):
+    def process_intent(self, op_id: str, role: str, pid: int, starttime: int, pgid: int) -> None: ...
+
+    def process_released(self, op_id: str) -> None: ...
+
+    def process_terminal(self, op_id: str, wait_status: int, reaper: str) -> None: ...
+
+    def descendants_terminal(self, op_id: str, count: int) -> None: ...
+
+    def mount_intent(self, op_id: str, target: str, kind: str) -> None: ...
+
+    def mount_done(self, op_id: str, target: str, kind: str) -> None: ...
+
+    def unmount_intent(self, op_id: str, target: str, kind: str) -> None: ...
+
+    def unmount_done(self, op_id: str, target: str, kind: str) -> None: ...
+
+
+@dataclasses.dataclass
+class RecordingLedger:
+    """An in-memory ledger: each call appends (method, arguments...) to ``records``."""
+
+    records: list[tuple] = dataclasses.field(default_factory=list)
+
+    def process_intent(self, op_id: str, role: str, pid: int, starttime: int, pgid: int) -> None:
+        self.records.append(("process_intent", op_id, role, pid, starttime, pgid))
+
+    def process_released(self, op_id: str) -> None:
+        self.records.append(("process_released", op_id))
+
+    def process_terminal(self, op_id: str, wait_status: int, reaper: str) -> None:
+        self.records.append(("process_terminal", op_id, wait_status, reaper))
+
+    def descendants_terminal(self, op_id: str, count: int) -> None:
+        self.records.append(("descendants_terminal", op_id, count))
+
+    def mount_intent(self, op_id: str, target: str, kind: str) -> None:
+        self.records.append(("mount_intent", op_id, target, kind))
+
+    def mount_done(self, op_id: str, target: str, kind: str) -> None:
+        self.records.append(("mount_done", op_id, target, kind))
+
+    def unmount_intent(self, op_id: str, target: str, kind: str) -> None:
+        self.records.append(("unmount_intent", op_id, target, kind))
+
+    def unmount_done(self, op_id: str, target: str, kind: str) -> None:
+        self.records.append(("unmount_done", op_id, target, kind))

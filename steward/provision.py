@@ -1,0 +1,132 @@
+"""S1: build the shipped launcher as one deterministic file, and provision it create-only.
+
+The launcher is the ``launcher/`` package zipped as an executable zip: the
+modules sorted by name, stored uncompressed, with fixed timestamps and
+permissions, plus a two-line ``__main__.py``. The same package always gives
+the same bytes, and the digest of those bytes is the shipped launcher's
+digest. ``python -I -S FILE`` runs such a zip directly.
+
+A launcher is provisioned into ``<state root>/staging``, a root-owned 0700
+directory, with ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0500, then fsynced with
+its directory. Before it is started it is reopened and checked: a regular
+file, root-owned, mode 0500, one link, and the shipped digest. The descriptor
+that was checked is the one the interpreter runs (``/proc/self/fd/N``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import os
+import pathlib
+import stat
+import zipfile
+
+import launcher
+from journal.errors import Refused
+from launcher.digest import sha256_of_fd
+
+ENTRY = b"from launcher.__main__ import main\nmain()\n"
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+LAUNCHER_MODE = 0o500
+STAGING = "staging"
+
+
+def _entry(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
+    info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+    info.compress_type = zipfile.ZIP_STORED
+    info.create_system = 3
+    info.external_attr = (stat.S_IFREG | 0o444) << 16
+    archive.writestr(info, data)
+
+
+def build(package_dir: pathlib.Path) -> bytes:
+    """The deterministic executable zip of the launcher package in ``package_dir``."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        _entry(archive, "__main__.py", ENTRY)
+        for path in sorted(package_dir.glob("*.py")):
+            _entry(archive, f"launcher/{path.name}", path.read_bytes())
+    return buffer.getvalue()
+
+
+@functools.lru_cache(maxsize=1)
+def shipped() -> tuple[bytes, bytes]:
+    """(bytes, SHA-256) of the launcher shipped with this installation, built once per process."""
+    data = build(pathlib.Path(launcher.__file__).resolve().parent)
+    return data, hashlib.sha256(data).digest()
+
+
+def _check_directory(fd: int, shown: str, forbidden: int, rule: str) -> None:
+    info = os.fstat(fd)
+    if info.st_uid != 0:
+        raise Refused(shown, f"is owned by uid {info.st_uid}; it must be owned by root")
+    if info.st_mode & forbidden:
+        raise Refused(shown, f"has mode {stat.S_IMODE(info.st_mode):04o}; {rule}")
+
+
+def open_staging(state_root: str) -> int:
+    """A descriptor for ``<state root>/staging``, created 0700 when missing, after its ownership checks."""
+    os.makedirs(state_root, mode=0o700, exist_ok=True)
+    root_fd = os.open(state_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _check_directory(root_fd, state_root, 0o022, "the state root must not be writable by group or other")
+        try:
+            os.mkdir(STAGING, 0o700, dir_fd=root_fd)
+        except FileExistsError:
+            pass
+        shown = os.path.join(state_root, STAGING)
+        try:
+            fd = os.open(STAGING, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
+        except OSError as error:
+            raise Refused(shown, f"cannot be opened as a directory ({error.strerror})") from None
+    finally:
+        os.close(root_fd)
+    try:
+        _check_directory(fd, shown, 0o077, "the staging directory must be 0700, with no group or other access")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def provision(staging_fd: int, name: str, data: bytes, *, shown: str) -> None:
+    """Create ``name`` holding ``data``: create-only, root-owned, mode 0500, fsynced with its directory."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, LAUNCHER_MODE, dir_fd=staging_fd)
+    except FileExistsError:
+        raise Refused(shown, "already exists; a launcher is provisioned create-only") from None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, LAUNCHER_MODE)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.fsync(staging_fd)
+
+
+def open_verified(staging_fd: int, name: str, digest: bytes, *, shown: str) -> int:
+    """A read-only descriptor for the provisioned launcher, after every S1 check; the caller runs this one."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=staging_fd)
+    except OSError as error:
+        raise Refused(shown, f"cannot be opened ({error.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Refused(shown, "is not a regular file")
+        if info.st_uid != 0:
+            raise Refused(shown, f"is owned by uid {info.st_uid}; a launcher must be owned by root")
+        if stat.S_IMODE(info.st_mode) != LAUNCHER_MODE:
+            raise Refused(shown, f"has mode {stat.S_IMODE(info.st_mode):04o}; a launcher must be 0500")
+        if info.st_nlink != 1:
+            raise Refused(shown, f"has {info.st_nlink} links; a launcher has exactly one")
+        if sha256_of_fd(fd) != digest:
+            raise Refused(shown, "does not match the shipped launcher's SHA-256")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -1,0 +1,471 @@
+"""The starter: the root side of one sandbox (docs/launcher.md, docs/launcher-protocol.md).
+
+It provisions the launcher (S1), starts it blocked, serves the rendezvous
+(S2), hands over the setup and the capability descriptors, and from then on
+answers the launcher's leaves. Its J1 duty: it calls the intent ledger, and
+waits for the record to be durable, before it releases a blocked process
+(the launcher's nonce, pid 1's release, an op child's release) and before it
+ACKs a mount or unmount. It reaps the two processes it is the parent of, the
+launcher's first stage and the sandbox's pid 1, by pid, and records their raw
+wait statuses; op statuses come from pid 1, their parent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import os
+import secrets
+import select
+import signal
+import socket
+import subprocess
+
+from journal.errors import Refused
+from launcher import drop, limits, protocol
+from launcher.protocol import Channel, ProtocolError
+from steward import cgroups, dedicated, procfs, provision
+from steward.failure import SandboxFailure
+from steward.ledger import IntentLedger
+from steward.runtime import open_runtime
+
+HOSTNAME = "casebox"
+BOOTSTRAP_SECONDS = 20.0
+REPORT_GRACE_SECONDS = 10.0
+SHUTDOWN_SECONDS = 5.0
+_STDERR_TAIL = 2000
+MIB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """A sandbox's caps. ``processes`` counts the op's processes; pid 1 is one more."""
+
+    tmp_bytes: int = 64 * MIB
+    work_bytes: int = 256 * MIB
+    memory_bytes: int = 512 * MIB
+    processes: int = 64
+    files: int = 256
+
+    @property
+    def address_space(self) -> int:
+        # Virtual size runs well above resident size (shared libraries,
+        # reserved arenas), so where a memory cgroup is the cap and the
+        # MEMORY detector, RLIMIT_AS stays a generous backstop above it.
+        return 2 * self.memory_bytes + 256 * MIB
+
+    @property
+    def file_size(self) -> int:
+        return max(self.tmp_bytes, self.work_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    uid: int
+    gid: int
+    capabilities: tuple[tuple[str, str], ...] = ()
+    limits: Limits = Limits()
+
+
+@dataclasses.dataclass(frozen=True)
+class OpResult:
+    """An op that ran: its raw wait status and what pid 1 and the cgroup observed."""
+
+    limit: str
+    wait_status: int
+    descendants_reaped: int
+    wall_ms: int
+    cpu_ms: int
+    max_rss_kib: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+
+    @property
+    def exit_code(self) -> int | None:
+        return os.WEXITSTATUS(self.wait_status) if os.WIFEXITED(self.wait_status) else None
+
+    @property
+    def signal(self) -> int | None:
+        return os.WTERMSIG(self.wait_status) if os.WIFSIGNALED(self.wait_status) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpNotStarted:
+    """An op whose child failed before exec: the failing step and errno; it has no exit code."""
+
+    step: str
+    errno: int
+    wait_status: int
+    descendants_reaped: int
+
+
+def _reap(pid: int, seconds: float) -> int:
+    """The raw wait status of our child ``pid``; SIGKILL first if it has not ended within ``seconds``."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        if not select.select([pidfd], [], [], seconds)[0]:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
+    return os.waitpid(pid, 0)[1]
+
+
+def _open_capability(name: str, directory: str) -> int:
+    try:
+        return os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        raise Refused(f"--ro {name}={directory}", f"cannot be opened as a directory ({error.strerror})") from None
+
+
+class Sandbox:
+    """One READY sandbox; ``run`` one op at a time, then ``close``."""
+
+    def __init__(self, spec: Spec, ledger: IntentLedger, state_root: str) -> None:
+        self.spec = spec
+        self.ledger = ledger
+        self.state_root = state_root
+        self.id = secrets.token_hex(8)
+        self.channel: Channel | None = None
+        self.cgroup: cgroups.SandboxCgroup | None = None
+        self.staging_fd = -1
+        self.launcher_name = f"launcher-{self.id}.pyz"
+        self.socket_name = f"rendezvous-{self.id}.sock"
+        self.stage_one: subprocess.Popen | None = None
+        self.unreaped: dict[int, str] = {}
+        self.init_pid = 0
+        self.ops = 0
+        self.mount_ops = 0
+        self.pending_mounts: dict[tuple[str, str, str], str] = {}
+        self.nonce: bytes | None = None
+        self.hidepid = False
+
+    # -- start -----------------------------------------------------------
+
+    @classmethod
+    def start(cls, spec: Spec, *, ledger: IntentLedger, state_root: str) -> "Sandbox":
+        """Provision, start and bootstrap a sandbox up to READY; nothing is left behind on failure."""
+        sandbox = cls(spec, ledger, state_root)
+        try:
+            sandbox._start()
+        except BaseException as error:
+            sandbox._teardown()
+            if isinstance(error, ProtocolError):
+                raise SandboxFailure(sandbox._explain(error)) from None
+            raise
+        return sandbox
+
+    def _op_id(self, what: str) -> str:
+        return f"{self.id}/{what}"
+
+    def _start(self) -> None:
+        dedicated.require_unused(self.spec.uid, self.spec.gid)
+        capability_fds = [(os.open("/usr", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), "/usr")]
+        runtime = None
+        try:
+            for name, directory in self.spec.capabilities:
+                capability_fds.append((_open_capability(name, directory), f"/cap/{name}"))
+            runtime = open_runtime()
+            data, digest = provision.shipped()
+            self.staging_fd = provision.open_staging(self.state_root)
+            shown = os.path.join(self.state_root, provision.STAGING, self.launcher_name)
+            provision.provision(self.staging_fd, self.launcher_name, data, shown=shown)
+            launcher_fd = provision.open_verified(self.staging_fd, self.launcher_name, digest, shown=shown)
+            try:
+                listener = self._listen()
+                try:
+                    self._spawn(runtime.interpreter, launcher_fd)
+                    connection = self._accept(listener)
+                finally:
+                    listener.close()
+                    os.unlink(self.socket_name, dir_fd=self.staging_fd)
+            finally:
+                os.close(launcher_fd)
+            self.channel = Channel(connection, protocol.STARTER)
+            self._hello()
+            self._setup(digest, runtime, capability_fds)
+        finally:
+            for fd, _ in capability_fds:
+                os.close(fd)
+            if runtime is not None:
+                runtime.close()
+        self._bootstrap()
+
+    def _listen(self) -> socket.socket:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        try:
+            listener.bind(f"/proc/self/fd/{self.staging_fd}/{self.socket_name}")
+            listener.listen(1)
+            listener.settimeout(BOOTSTRAP_SECONDS)
+        except BaseException:
+            listener.close()
+            raise
+        return listener
+
+    def _spawn(self, interpreter: str, launcher_fd: int) -> None:
+        """Start stage 1 blocked on its nonce; record it, then release it by writing the nonce."""
+        self.nonce = secrets.token_bytes(protocol.NONCE_BYTES)
+        process = subprocess.Popen(
+            [interpreter, "-I", "-S", f"/proc/self/fd/{launcher_fd}", "stage1", str(self.staging_fd), self.socket_name],
+            executable=interpreter,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(launcher_fd, self.staging_fd),
+            env={},
+            cwd="/",
+            start_new_session=True,
+        )
+        self.stage_one = process
+        self.unreaped[process.pid] = self._op_id("launcher")
+        found = procfs.identity(process.pid)
+        self.ledger.process_intent(self._op_id("launcher"), "launcher", found.pid, found.starttime, found.pgid)
+        process.stdin.write(self.nonce)
+        process.stdin.close()
+        self.ledger.process_released(self._op_id("launcher"))
+
+    def _accept(self, listener: socket.socket) -> socket.socket:
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            raise ProtocolError("the launcher did not connect in time") from None
+        pid, uid, _ = protocol.peer_credentials(connection)
+        if uid != 0 or pid != self.stage_one.pid:
+            connection.close()
+            raise ProtocolError(f"the rendezvous peer is pid {pid} uid {uid}, not the launcher (pid {self.stage_one.pid}, uid 0)")
+        connection.setsockopt(socket.SOL_SOCKET, 32, protocol.SOCKET_BUFFER)  # SO_SNDBUFFORCE
+        connection.settimeout(BOOTSTRAP_SECONDS)
+        return connection
+
+    def _hello(self) -> None:
+        message = self.channel.receive("HELLO")
+        nonce, self.nonce = self.nonce, None
+        if message.fields["version"] != protocol.VERSION:
+            raise ProtocolError(f"the launcher speaks {message.fields['version']!r}, not {protocol.VERSION!r}")
+        if nonce is None or not hmac.compare_digest(message.fields["nonce"], nonce):
+            raise ProtocolError("the launcher's nonce is wrong")
+        hierarchy = cgroups.detect()
+        if hierarchy is not None:
+            self.cgroup = cgroups.SandboxCgroup.create(
+                hierarchy,
+                f"casebox-{self.id}",
+                memory_bytes=self.spec.limits.memory_bytes,
+                pids_max=self.spec.limits.processes + 1,
+            )
+            self.cgroup.attach(self.stage_one.pid)
+        self.channel.ack(message)
+
+    def _setup(self, digest: bytes, runtime, capability_fds: list[tuple[int, str]]) -> None:
+        spec, caps = self.spec, self.spec.limits
+        self.channel.leaf(
+            "SETUP",
+            digest=digest,
+            uid=spec.uid,
+            gid=spec.gid,
+            hostname=HOSTNAME,
+            tmp_bytes=caps.tmp_bytes,
+            work_bytes=caps.work_bytes,
+            rlimit_as=caps.address_space,
+            # One above the cgroup's pids.max (which counts pid 1 too), so
+            # where the cgroup exists it refuses the fork first and counts it.
+            rlimit_nproc=caps.processes + 2,
+            rlimit_nofile=caps.files,
+            rlimit_fsize=caps.file_size,
+        )
+        self.channel.leaf("IMPORT_DIR", (runtime.import_dir_fd,))
+        self.channel.leaf("INTERPRETER", (runtime.interpreter_fd,), path=runtime.interpreter)
+        for fd, target in capability_fds:
+            self.channel.leaf("CAPABILITY", (fd,), target=target)
+        self.channel.leaf("SETUP_END")
+
+    def _bootstrap(self) -> None:
+        """Answer the launcher's leaves until READY."""
+        while True:
+            message = self.channel.receive(
+                "MOUNT_INTENT", "MOUNT_DONE", "UNMOUNT_INTENT", "UNMOUNT_DONE", "CHILD", "READY"
+            )
+            if message.name == "CHILD":
+                self._handover(message)
+            elif message.name == "READY":
+                observations = dict(message.fields)
+                observations.pop("proc_hidepid")
+                try:
+                    drop.check(observations, self.spec.uid, self.spec.gid)
+                except drop.DropError as error:
+                    raise ProtocolError(str(error)) from None
+                self.hidepid = message.fields["proc_hidepid"]
+                self.channel.ack(message)
+                self.channel.sock.settimeout(None)
+                return
+            else:
+                self._mount_record(message)
+
+    def _mount_record(self, message) -> None:
+        target, kind = message.fields["target"], message.fields["kind"]
+        if message.name.endswith("_INTENT"):
+            self.mount_ops += 1
+            op_id = self._op_id(f"mount-{self.mount_ops}")
+            key = (message.name.removesuffix("_INTENT"), target, kind)
+            if key in self.pending_mounts:
+                raise ProtocolError(f"{message.name} for {target} repeats an open intent")
+            self.pending_mounts[key] = op_id
+            record = self.ledger.mount_intent if message.name == "MOUNT_INTENT" else self.ledger.unmount_intent
+        else:
+            key = (message.name.removesuffix("_DONE"), target, kind)
+            op_id = self.pending_mounts.pop(key, None)
+            if op_id is None:
+                raise ProtocolError(f"{message.name} for {target} has no intent before it")
+            record = self.ledger.mount_done if message.name == "MOUNT_DONE" else self.ledger.unmount_done
+        record(op_id, target, kind)
+        self.channel.ack(message)
+
+    def _handover(self, message) -> None:
+        """Stage 1 started pid 1 as our child: record it, reap stage 1, then release pid 1."""
+        pid = message.fields["pid"]
+        found = procfs.identity(pid)
+        if found.ppid != os.getpid() or procfs.namespace_pids(pid)[-1] != 1:
+            raise ProtocolError(f"process {pid} is not our child and pid 1 of a new namespace")
+        self.init_pid = pid
+        self.unreaped[pid] = self._op_id("init")
+        self.ledger.process_intent(self._op_id("init"), "sandbox-init", found.pid, found.starttime, found.pgid)
+        stage_one = self.stage_one.pid
+        status = _reap(stage_one, BOOTSTRAP_SECONDS)
+        del self.unreaped[stage_one]
+        self.stage_one.returncode = os.waitstatus_to_exitcode(status)
+        self.ledger.process_terminal(self._op_id("launcher"), status, "starter")
+        if status != 0:
+            raise ProtocolError(f"the launcher's first stage ended with wait status {status:#x}")
+        self.channel.ack(message)
+        self.ledger.process_released(self._op_id("init"))
+
+    # -- ops ---------------------------------------------------------------
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: str = "/work",
+        timeout_ms: int,
+        stdout_cap: int,
+        stderr_cap: int,
+    ) -> OpResult | OpNotStarted:
+        """Run one exec op; its identity is durable before it is released."""
+        if self.channel is None:
+            raise SandboxFailure("the sandbox is closed")
+        try:
+            return self._run(argv, env, cwd, timeout_ms, stdout_cap, stderr_cap)
+        except ProtocolError as error:
+            self._teardown()
+            raise SandboxFailure(self._explain(error)) from None
+
+    def _run(self, argv, env, cwd, timeout_ms, stdout_cap, stderr_cap) -> OpResult | OpNotStarted:
+        self.ops += 1
+        op_id = self._op_id(f"op-{self.ops}")
+        before = self.cgroup.counters() if self.cgroup else (0, 0)
+        self.channel.sock.settimeout(BOOTSTRAP_SECONDS)
+        self.channel.leaf(
+            "OP",
+            argv=list(argv),
+            env=sorted(env.items()),
+            cwd=cwd,
+            timeout_ms=timeout_ms,
+            stdout_cap=stdout_cap,
+            stderr_cap=stderr_cap,
+        )
+        message = self.channel.receive("OP_CHILD")
+        try:
+            host_pid = procfs.host_pid_of_child(self.init_pid, message.fields["pid"])
+            found = procfs.identity(host_pid)
+        except (OSError, LookupError) as error:
+            raise ProtocolError(f"the op child cannot be identified: {error}") from None
+        self.ledger.process_intent(op_id, "op", found.pid, found.starttime, found.pgid)
+        self.channel.ack(message)
+        self.ledger.process_released(op_id)
+        self.channel.sock.settimeout(timeout_ms / 1000 + REPORT_GRACE_SECONDS)
+        message = self.channel.receive("OP_RESULT", "OP_NOT_STARTED")
+        fields = message.fields
+        self.ledger.process_terminal(op_id, fields["wait_status"], "launcher")
+        self.ledger.descendants_terminal(op_id, fields["descendants_reaped"])
+        after = self.cgroup.counters() if self.cgroup else (0, 0)
+        self.channel.ack(message)
+        self.channel.sock.settimeout(None)
+        if message.name == "OP_NOT_STARTED":
+            return OpNotStarted(fields["step"], fields["errno"], fields["wait_status"], fields["descendants_reaped"])
+        observed = {fields["limit"]}
+        if after[0] > before[0]:
+            observed.add("MEMORY")
+        if after[1] > before[1]:
+            observed.add("PIDS")
+        return OpResult(
+            limit=limits.worst(observed),
+            wait_status=fields["wait_status"],
+            descendants_reaped=fields["descendants_reaped"],
+            wall_ms=fields["wall_ms"],
+            cpu_ms=fields["cpu_ms"],
+            max_rss_kib=fields["max_rss_kib"],
+            stdout=fields["stdout"],
+            stderr=fields["stderr"],
+            stdout_truncated=fields["stdout_truncated"],
+            stderr_truncated=fields["stderr_truncated"],
+        )
+
+    # -- teardown ----------------------------------------------------------
+
+    def close(self) -> None:
+        """SHUTDOWN, then reap pid 1 and remove what the sandbox left on the host."""
+        if self.channel is not None:
+            try:
+                self.channel.sock.settimeout(SHUTDOWN_SECONDS)
+                self.channel.leaf("SHUTDOWN")
+            except ProtocolError:
+                pass
+        self._teardown()
+
+    def _teardown(self) -> None:
+        """Reap every process we are the parent of (killing what still runs) and remove our host state."""
+        if self.channel is not None:
+            self.channel.sock.close()
+            self.channel = None
+        for pid, op_id in list(self.unreaped.items()):
+            status = _reap(pid, SHUTDOWN_SECONDS if pid == self.init_pid else 0)
+            del self.unreaped[pid]
+            if self.stage_one is not None and pid == self.stage_one.pid:
+                self.stage_one.returncode = os.waitstatus_to_exitcode(status)
+            self.ledger.process_terminal(op_id, status, "starter")
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.staging_fd >= 0:
+            try:
+                os.unlink(self.launcher_name, dir_fd=self.staging_fd)
+            except FileNotFoundError:
+                pass
+            os.close(self.staging_fd)
+            self.staging_fd = -1
+
+    def _explain(self, error: ProtocolError) -> str:
+        """One sentence: why the sandbox failed, with the launcher's last words when it left any."""
+        if isinstance(error, protocol.Aborted):
+            reason = f"the launcher aborted during {error}"
+        else:
+            reason = f"the launcher protocol failed: {error}"
+        tail = self._stderr_tail()
+        if tail:
+            reason += f" (launcher stderr: {tail})"
+        return f"{reason}; run `sudo casebox doctor` to check what this host supports"
+
+    def _stderr_tail(self) -> str:
+        if self.stage_one is None or self.stage_one.stderr is None or self.unreaped:
+            return ""
+        data = self.stage_one.stderr.read()
+        self.stage_one.stderr.close()
+        lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+        return " ".join(lines[-1:])[-_STDERR_TAIL:]
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
