@@ -19,6 +19,8 @@ COMMAND_MODULES = (
     "executor.commands.pack",
     "executor.commands.bundle",
     "executor.commands.journal",
+    "executor.commands.sandbox",
+    "executor.commands.doctor",
 )
 
 

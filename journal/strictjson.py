@@ -285,3 +285,8 @@ def canonical(value: object) -> bytes:
     out: list[str] = []
     _write(value, None, 0, _Budget(), out)
     return "".join(out).encode("utf-8")
+
+
+def decode_lossy(data: bytes) -> str:
+    """Untrusted bytes as profile text: invalid UTF-8, and any code point the profile refuses, become U+FFFD."""
+    return _FORBIDDEN.sub("\ufffd", data.decode("utf-8", "replace"))

@@ -101,6 +101,7 @@ def observe() -> dict:
         "gids": status.get("Gid", "").split(),
         "groups": status.get("Groups", ""),
         "setuid0_errno": setuid0_errno,
+        "securebits": prctl.get_securebits(),
         "no_new_privs": status.get("NoNewPrivs") == "1",
     }
     for key, name in CAPABILITY_SETS:
@@ -118,6 +119,8 @@ def check(observations: dict, uid: int, gid: int) -> None:
         problems.append(f"Gid is {' '.join(observations['gids'])}, not {gid} four times")
     if observations["groups"] != "":
         problems.append(f"supplementary groups {observations['groups']} remain")
+    if observations["securebits"] != LOCKED_SECUREBITS:
+        problems.append(f"securebits are {observations['securebits']:#x}, not the locked {LOCKED_SECUREBITS:#x}")
     if observations["setuid0_errno"] != errno.EPERM:
         problems.append(f"setuid(0) did not fail with EPERM (errno {observations['setuid0_errno']})")
     for key, name in CAPABILITY_SETS:

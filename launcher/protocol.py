@@ -62,6 +62,7 @@ MESSAGES = {
             ("gids", "strs"),
             ("groups", "str"),
             ("setuid0_errno", "u32"),
+            ("securebits", "u32"),
             ("cap_inh", "u64"),
             ("cap_prm", "u64"),
             ("cap_eff", "u64"),

@@ -1,10 +1,12 @@
 """S1: build the shipped launcher as one deterministic file, and provision it create-only.
 
-The launcher is the ``launcher/`` package zipped as an executable zip: the
-modules sorted by name, stored uncompressed, with fixed timestamps and
-permissions, plus a two-line ``__main__.py``. The same package always gives
-the same bytes, and the digest of those bytes is the shipped launcher's
-digest. ``python -I -S FILE`` runs such a zip directly.
+The launcher is the ``launcher/`` package zipped as an executable zip: each
+module's source and its unchecked hash-based .pyc (compiled here, so neither
+stage spends ~10 ms compiling), sorted by name, stored uncompressed, with
+fixed timestamps and permissions, plus a two-line ``__main__.py``. The same
+package and interpreter always give the same bytes, and the digest of those
+bytes is the shipped launcher's digest. ``python -I -S FILE`` runs such a zip
+directly.
 
 A launcher is provisioned into ``<state root>/staging``, a root-owned 0700
 directory, with ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0500, then fsynced with
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import io
+import marshal
 import os
 import pathlib
 import stat
@@ -41,13 +45,22 @@ def _entry(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
     archive.writestr(info, data)
 
 
+def _pyc(source: bytes, name: str) -> bytes:
+    """An unchecked hash-based .pyc (PEP 552): magic, flags=0b01, source hash, marshalled code."""
+    code = compile(source, name, "exec", dont_inherit=True, optimize=0)
+    return importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little") + importlib.util.source_hash(source) + marshal.dumps(code)
+
+
 def build(package_dir: pathlib.Path) -> bytes:
     """The deterministic executable zip of the launcher package in ``package_dir``."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         _entry(archive, "__main__.py", ENTRY)
         for path in sorted(package_dir.glob("*.py")):
-            _entry(archive, f"launcher/{path.name}", path.read_bytes())
+            name = f"launcher/{path.name}"
+            source = path.read_bytes()
+            _entry(archive, name, source)
+            _entry(archive, name + "c", _pyc(source, name))
     return buffer.getvalue()
 
 

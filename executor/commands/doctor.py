@@ -1,0 +1,55 @@
+"""``casebox doctor [--json]``: can this host sandbox, and with which configuration?"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from executor import config as configuration
+from executor.doctor import run_checks
+from executor.frontend import EXIT_NOT_OK, EXIT_OK
+from journal.strictjson import canonical
+from steward import provision
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    config = configuration.load(args.config).overridden(state_root=args.state_root)
+    checks = run_checks(config.state_root, config.sandbox_uid, config.sandbox_gid)
+    ok = all(check.passed for check in checks if check.required)
+    settings = config.as_dict()
+    settings["launcher_sha256"] = provision.shipped()[1].hex()
+    if args.json:
+        document = {
+            "ok": ok,
+            "configuration": settings,
+            "checks": [
+                {"check": check.name, "status": check.status, "required": check.required, "detail": check.detail}
+                for check in checks
+            ],
+        }
+        sys.stdout.buffer.write(canonical(document) + b"\n")
+    else:
+        print(f"casebox doctor: configuration from {config.source}")
+        for name, value in settings.items():
+            if name != "source":
+                print(f"  {name} = {value}")
+        for check in checks:
+            optional = "" if check.required else " (not required)"
+            print(f"{check.status}  {check.name}{optional}: {check.detail}.")
+        print("casebox doctor: this host can sandbox." if ok else "casebox doctor: this host cannot sandbox; fix each required FAIL above.")
+    return EXIT_OK if ok else EXIT_NOT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    doctor = subparsers.add_parser(
+        "doctor",
+        help="check whether this host can sandbox (run with sudo)",
+        description="Probe every kernel feature and host condition casebox needs: root, open_tree, mount_setattr, "
+        "pidfd_open, memfd seals, renameat2 on the state directory's filesystem, new namespaces, an unused "
+        "dedicated UID/GID, python-prctl, a root-only launcher runtime; cgroup v2 is reported, not required. "
+        "Prints the effective configuration and one PASS or FAIL line per check with what to do. Exit 0 only "
+        "when every required check passes, 1 otherwise.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print one canonical JSON object instead of text")
+    doctor.add_argument("--state-root", metavar="DIR", help="state root to check (default: configuration)")
+    doctor.set_defaults(handler=_doctor)
