@@ -1,0 +1,82 @@
+"""Shared pieces of the root sandbox tests: running a program in a real sandbox, and proving nothing is left."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import textwrap
+
+import psutil
+import pytest
+
+from executor.commands.sandbox import SANDBOX_ENV
+from steward.ledger import RecordingLedger
+from steward.starter import Limits, OpResult, Sandbox, Spec
+
+PYTHON = "/usr/bin/python3"
+
+
+def mount_table() -> list[str]:
+    """The host's mounts, without the ids that change when unrelated mounts come and go."""
+    return sorted(line.split(" ", 4)[4] for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+def processes_of(uid: int, gid: int) -> list[int]:
+    found = []
+    for process in psutil.process_iter(["pid", "uids", "gids"]):
+        uids, gids = process.info["uids"], process.info["gids"]
+        if (uids and uid in tuple(uids)) or (gids and gid in tuple(gids)):
+            found.append(process.info["pid"])
+    return found
+
+
+def _describe(pids: list[int]) -> list[str]:
+    described = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat, open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                described.append(f"{stat.read()[:80]} {cmdline.read()[:80]!r}")
+        except OSError:
+            described.append(f"{pid} (gone)")
+    return described
+
+
+@pytest.fixture
+def contained(sandbox_ids):
+    """After the test: no process of the dedicated ids remains, and the host mount table is unchanged."""
+    before = mount_table()
+    yield
+    left = processes_of(*sandbox_ids)
+    assert left == [], f"processes of the dedicated UID outlived their sandbox: {_describe(left)}"
+    assert mount_table() == before, "the host mount table changed"
+
+
+@pytest.fixture
+def state_root(tmp_path) -> str:
+    return str(tmp_path / "state")
+
+
+def start(sandbox_ids, state_root: str, *, capabilities=(), limits: Limits = Limits(), ledger=None) -> Sandbox:
+    uid, gid = sandbox_ids
+    return Sandbox.start(
+        Spec(uid, gid, tuple(capabilities), limits), ledger=ledger or RecordingLedger(), state_root=state_root
+    )
+
+
+def run(sandbox_ids, state_root: str, argv, *, capabilities=(), limits: Limits = Limits(), timeout_ms=20_000,
+        output=64 << 10, env=None, ledger=None):
+    """One op in a fresh sandbox; the sandbox is torn down before this returns."""
+    with start(sandbox_ids, state_root, capabilities=capabilities, limits=limits, ledger=ledger) as sandbox:
+        return sandbox.run(
+            list(argv), env=dict(SANDBOX_ENV if env is None else env), timeout_ms=timeout_ms,
+            stdout_cap=output, stderr_cap=output,
+        )
+
+
+def hostile(sandbox_ids, state_root: str, source: str, *args: str, **options) -> tuple[OpResult, object]:
+    """Run a small Python program in the sandbox; it prints one JSON value as its last line."""
+    result = run(sandbox_ids, state_root, [PYTHON, "-c", textwrap.dedent(source), *args], **options)
+    assert isinstance(result, OpResult), result
+    lines = result.stdout.decode().strip().splitlines()
+    assert lines, f"the program printed nothing; class {result.limit}, stderr: {result.stderr.decode(errors='replace')}"
+    return result, json.loads(lines[-1])

@@ -1,0 +1,44 @@
+"""S10: every limit that is hit names the op's class, by one fixed priority."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from launcher import limits
+from launcher.ops import classify
+
+
+def test_priority_puts_hit_limits_before_their_consequences():
+    """S10: a limit explains the timeout or signal that followed it, so it names the class."""
+    assert limits.worst({"TIMEOUT", "PIDS"}) == "PIDS"
+    assert limits.worst({"SIGNALLED", "MEMORY", "TIMEOUT"}) == "MEMORY"
+    assert limits.worst({"OUTPUT", "SIGNALLED"}) == "OUTPUT"
+    assert limits.worst({"EXIT_NONZERO", "DISK"}) == "DISK"
+    assert limits.worst({"SIGNALLED", "EXIT_NONZERO"}) == "SIGNALLED"
+    assert limits.worst({"OK"}) == limits.worst(set()) == "OK"
+    assert limits.CLASSES[-1] == "OK" and len(set(limits.CLASSES)) == 8
+
+
+@pytest.mark.parametrize(
+    "status, flags, expected",
+    [
+        (0, {}, "OK"),
+        (1 << 8, {}, "EXIT_NONZERO"),
+        (signal.SIGSEGV, {}, "SIGNALLED"),
+        (signal.SIGKILL, {"timed_out": True}, "TIMEOUT"),
+        (signal.SIGXCPU, {}, "TIMEOUT"),
+        (signal.SIGKILL, {"overflowed": True}, "OUTPUT"),
+        (0, {"overflowed": True}, "OUTPUT"),
+        (signal.SIGXFSZ, {}, "DISK"),
+        (1 << 8, {"scratch_full": True}, "DISK"),
+        (0, {"scratch_full": True}, "DISK"),
+    ],
+)
+def test_the_launcher_classifies_what_it_observed(status, flags, expected):
+    """S10: time, output and disk limits each get their own class, never OK."""
+    observed = {"timed_out": False, "overflowed": False, "scratch_full": False, **flags}
+    assert classify(status, **observed) == expected
+
+

@@ -1,0 +1,144 @@
+"""S1: the launcher is provisioned create-only and runs only if it is exactly the shipped one."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from journal.errors import Refused
+from steward import provision
+
+root = pytest.mark.root
+NAME = "launcher-test.pyz"
+
+
+@pytest.fixture
+def staging(tmp_path):
+    state = tmp_path / "state"
+    fd = provision.open_staging(str(state))
+    yield fd, state / "staging"
+    os.close(fd)
+
+
+def _provisioned(staging_fd: int) -> bytes:
+    data, digest = provision.shipped()
+    provision.provision(staging_fd, NAME, data, shown=NAME)
+    return digest
+
+
+def test_the_shipped_launcher_is_deterministic():
+    """S1: the same package gives the same bytes, in this process and in a fresh one."""
+    data, digest = provision.shipped()
+    assert hashlib.sha256(data).digest() == digest
+    assert provision.build(provision.pathlib.Path(provision.launcher.__file__).parent) == data
+    fresh = subprocess.run(
+        [sys.executable, "-c", "from steward import provision; print(provision.shipped()[1].hex())"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    assert fresh == digest.hex()
+
+
+@root
+def test_a_provisioned_launcher_is_root_owned_0500_and_verifies(staging):
+    staging_fd, directory = staging
+    digest = _provisioned(staging_fd)
+    info = os.stat(directory / NAME)
+    assert (info.st_uid, info.st_mode & 0o7777) == (0, 0o500)
+    assert oct(os.stat(directory).st_mode & 0o777) == oct(0o700)
+    fd = provision.open_verified(staging_fd, NAME, digest, shown=NAME)
+    os.close(fd)
+
+
+@root
+def test_an_existing_file_is_refused(staging):
+    """S1: create-only; a file of that name already present is refused."""
+    staging_fd, directory = staging
+    (directory / NAME).write_bytes(b"planted")
+    with pytest.raises(Refused, match="already exists"):
+        _provisioned(staging_fd)
+    assert (directory / NAME).read_bytes() == b"planted"
+
+
+@root
+def test_a_symlink_in_its_place_is_refused(staging, tmp_path):
+    staging_fd, directory = staging
+    os.symlink(tmp_path / "elsewhere", directory / NAME)
+    with pytest.raises(Refused, match="already exists"):
+        _provisioned(staging_fd)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+@root
+def test_a_foreign_owner_is_refused(staging):
+    """S1: the launcher must be owned by root."""
+    staging_fd, directory = staging
+    digest = _provisioned(staging_fd)
+    os.chown(directory / NAME, 1234, 0)
+    with pytest.raises(Refused, match="owned by uid 1234"):
+        provision.open_verified(staging_fd, NAME, digest, shown=NAME)
+
+
+@root
+def test_a_wrong_mode_is_refused(staging):
+    """S1: the launcher must be mode 0500."""
+    staging_fd, directory = staging
+    digest = _provisioned(staging_fd)
+    os.chmod(directory / NAME, 0o700)
+    with pytest.raises(Refused, match="mode 0700"):
+        provision.open_verified(staging_fd, NAME, digest, shown=NAME)
+
+
+@root
+def test_a_wrong_digest_is_refused(staging):
+    """S1: the launcher runs only if its SHA-256 is the shipped launcher's."""
+    staging_fd, directory = staging
+    digest = _provisioned(staging_fd)
+    with open(directory / NAME, "r+b") as file:
+        file.seek(100)
+        file.write(b"X")
+    with pytest.raises(Refused, match="does not match the shipped launcher"):
+        provision.open_verified(staging_fd, NAME, digest, shown=NAME)
+
+
+@root
+def test_a_second_link_is_refused(staging, tmp_path):
+    staging_fd, directory = staging
+    digest = _provisioned(staging_fd)
+    os.link(directory / NAME, directory / "other")
+    with pytest.raises(Refused, match="2 links"):
+        provision.open_verified(staging_fd, NAME, digest, shown=NAME)
+
+
+@root
+@pytest.mark.parametrize("mode", [0o770, 0o702, 0o750])
+def test_a_staging_directory_open_to_group_or_other_is_refused(tmp_path, mode):
+    """S1: the staging directory is root-owned 0700."""
+    state = tmp_path / "state"
+    (state / "staging").mkdir(parents=True, mode=0o700)
+    os.chmod(state, 0o700)
+    os.chmod(state / "staging", mode)
+    with pytest.raises(Refused, match="must be 0700"):
+        provision.open_staging(str(state))
+
+
+@root
+def test_a_foreign_staging_directory_is_refused(tmp_path):
+    state = tmp_path / "state"
+    (state / "staging").mkdir(parents=True, mode=0o700)
+    os.chmod(state, 0o700)
+    os.chown(state / "staging", 1234, 0)
+    with pytest.raises(Refused, match="owned by uid 1234"):
+        provision.open_staging(str(state))
+
+
+@root
+def test_a_state_root_writable_by_others_is_refused(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    os.chmod(state, 0o777)
+    with pytest.raises(Refused, match="must not be writable by group or other"):
+        provision.open_staging(str(state))

@@ -1,0 +1,345 @@
+"""The sandbox end to end, as root: S1–S8 and J1 through the real launcher and starter."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launcher import protocol, reexec, rendezvous
+from launcher.protocol import Channel, ProtocolError
+from sandbox_support import PYTHON, contained, hostile, processes_of, run, start, state_root  # noqa: F401
+from steward import procfs, provision, starter
+from steward.failure import SandboxFailure
+from steward.ledger import RecordingLedger
+from steward.starter import Limits, OpNotStarted, OpResult, Sandbox, Spec
+
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("contained")]
+GREP_STATUS = ["/usr/bin/grep", "-E", "^(Groups|Sig(Blk|Ign)|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):", "/proc/self/status"]
+HOLD = 0.3
+
+
+def _status_lines(result: OpResult) -> dict:
+    return {key: value.strip() for key, _, value in (line.partition(":") for line in result.stdout.decode().splitlines())}
+
+
+def test_one_op_runs_as_the_dedicated_ids_and_everything_is_torn_down(sandbox_ids, state_root):
+    ledger = RecordingLedger()
+    result = run(sandbox_ids, state_root, ["/usr/bin/id", "-u"], ledger=ledger)
+    assert isinstance(result, OpResult)
+    assert (result.limit, result.wait_status, result.exit_code, result.signal) == ("OK", 0, 0, None)
+    assert result.stdout == f"{sandbox_ids[0]}\n".encode()
+    assert os.listdir(os.path.join(state_root, "staging")) == [], "the launcher file and the socket are removed"
+    roles = {record[1].split("/")[1]: record[2] for record in ledger.records if record[0] == "process_intent"}
+    assert roles == {"launcher": "launcher", "init": "sandbox-init", "op-1": "op"}
+    terminal = {record[1].split("/")[1]: record[2:] for record in ledger.records if record[0] == "process_terminal"}
+    assert terminal == {"launcher": (0, "starter"), "init": (0, "starter"), "op-1": (0, "launcher")}
+
+
+def test_every_intent_precedes_its_release_and_completion(sandbox_ids, state_root):
+    """J1: intent before release or effect, and every intent is closed by its completion."""
+    ledger = RecordingLedger()
+    run(sandbox_ids, state_root, ["/usr/bin/true"], ledger=ledger)
+    seen: dict[str, list[str]] = {}
+    for record in ledger.records:
+        seen.setdefault(record[1], []).append(record[0])
+    processes = [op for op, kinds in seen.items() if "process_intent" in kinds]
+    mounts = [op for op, kinds in seen.items() if "mount_intent" in kinds or "unmount_intent" in kinds]
+    assert len(processes) == 3 and len(mounts) == 7
+    for op in processes:
+        assert seen[op][:3] == ["process_intent", "process_released", "process_terminal"], seen[op]
+    for op in mounts:
+        assert seen[op] in (["mount_intent", "mount_done"], ["unmount_intent", "unmount_done"]), seen[op]
+
+
+class _Watcher(RecordingLedger):
+    """A ledger that holds each intent for a moment and looks at the blocked process meanwhile."""
+
+    def __init__(self):
+        super().__init__()
+        self.init_pid = 0
+        self.looks: dict[str, object] = {}
+        self.mount_counts: dict[str, list[int]] = {}
+
+    def _mounts(self) -> int:
+        with open(f"/proc/{self.init_pid}/mountinfo") as file:
+            return len(file.readlines())
+
+    def process_intent(self, op_id, role, pid, starttime, pgid):
+        time.sleep(HOLD)
+        if role == "launcher":
+            fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            self.looks[role] = [fd for fd in fds if fd.startswith("socket:")]
+            self.looks["argv_environ"] = open(f"/proc/{pid}/cmdline", "rb").read() + open(f"/proc/{pid}/environ", "rb").read()
+        elif role == "sandbox-init":
+            self.init_pid = pid
+            self.looks[role] = "casebox" in open(f"/proc/{pid}/mountinfo").read()
+            self.looks["namespaces"] = {
+                kind: os.readlink(f"/proc/{pid}/ns/{kind}") != os.readlink(f"/proc/self/ns/{kind}")
+                for kind in ("mnt", "pid", "net", "ipc", "uts", "cgroup")
+            }
+            self.looks["memfd"] = self._memfd(pid)
+        else:
+            self.looks[role] = os.readlink(f"/proc/{pid}/exe")
+        assert procfs.identity(pid).starttime == starttime
+        super().process_intent(op_id, role, pid, starttime, pgid)
+
+    @staticmethod
+    def _memfd(pid: int) -> tuple[int, bool]:
+        arguments = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        source = next(item.decode() for item in arguments if item.startswith(b"/proc/self/fd/"))
+        fd = os.open(f"/proc/{pid}/fd/{source.rsplit('/', 1)[1]}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            data = os.pread(fd, 1 << 22, 0)
+        finally:
+            os.close(fd)
+        return seals, hashlib.sha256(data).digest() == provision.shipped()[1]
+
+    def mount_intent(self, op_id, target, kind):
+        if self.init_pid:
+            time.sleep(HOLD)
+            self.mount_counts[target] = [self._mounts()]
+        super().mount_intent(op_id, target, kind)
+
+    def mount_done(self, op_id, target, kind):
+        if target in self.mount_counts:
+            self.mount_counts[target].append(self._mounts())
+        super().mount_done(op_id, target, kind)
+
+    def unmount_intent(self, op_id, target, kind):
+        time.sleep(HOLD)
+        self.mount_counts[target] = [self._mounts()]
+        super().unmount_intent(op_id, target, kind)
+
+    def unmount_done(self, op_id, target, kind):
+        self.mount_counts[target].append(self._mounts())
+        super().unmount_done(op_id, target, kind)
+
+
+def test_blocked_processes_and_mounts_wait_for_their_durable_intent(sandbox_ids, state_root):
+    """J1: while an intent is being recorded, the process it names stays blocked and the mount stays unmade."""
+    watcher = _Watcher()
+    result = run(sandbox_ids, state_root, ["/usr/bin/true"], ledger=watcher)
+    assert result.limit == "OK"
+    assert watcher.looks["launcher"] == [], "stage 1 connected before its intent was durable"
+    assert watcher.looks["sandbox-init"] is False, "pid 1 mounted before its intent was durable"
+    assert watcher.looks["op"] == os.path.realpath(sys.executable), "the op exec'd before its intent was durable"
+    for target, (at_intent, at_done) in watcher.mount_counts.items():
+        if target == "/.old-root":
+            assert at_done < at_intent, "the old root was detached before its intent was durable"
+        else:
+            assert at_done == at_intent + 1, f"{target} was mounted before its intent was durable"
+    assert set(watcher.mount_counts) == {"/", "/proc", "/dev", "/tmp", "/work", "/.old-root"}
+
+
+def test_the_nonce_is_never_on_argv_or_in_the_environment(sandbox_ids, state_root, monkeypatch):
+    """S2: the single-use nonce travels on stdin only."""
+    nonce = bytes(range(32))
+    real = starter.secrets.token_bytes
+    monkeypatch.setattr(starter.secrets, "token_bytes", lambda count: nonce if count == len(nonce) else real(count))
+    watcher = _Watcher()
+    run(sandbox_ids, state_root, ["/usr/bin/true"], ledger=watcher)
+    seen = watcher.looks["argv_environ"]
+    assert nonce not in seen and nonce.hex().encode() not in seen
+
+
+def test_pid_one_runs_from_the_sealed_memfd_in_new_namespaces(sandbox_ids, state_root):
+    """S3: all four seals, the shipped bytes, and mount, pid, net, ipc, uts and cgroup namespaces."""
+    watcher = _Watcher()
+    run(sandbox_ids, state_root, ["/usr/bin/true"], ledger=watcher)
+    seals, authentic = watcher.looks["memfd"]
+    assert seals & reexec.REQUIRED_SEALS == reexec.REQUIRED_SEALS
+    assert authentic
+    assert watcher.looks["namespaces"] == dict.fromkeys(("mnt", "pid", "net", "ipc", "uts", "cgroup"), True)
+
+
+def test_a_ledger_that_cannot_record_stops_the_sandbox(sandbox_ids, state_root):
+    """J1: no durable intent, no effect: the sandbox fails closed and leaves nothing."""
+
+    class Failing(RecordingLedger):
+        def mount_intent(self, op_id, target, kind):
+            if target == "/proc":
+                raise OSError(errno.EIO, "journal write failed")
+            super().mount_intent(op_id, target, kind)
+
+    ledger = Failing()
+    with pytest.raises(OSError, match="journal write failed"):
+        start(sandbox_ids, state_root, ledger=ledger)
+    assert not any(record[0] == "mount_done" and record[2] == "/proc" for record in ledger.records)
+    terminal = [record for record in ledger.records if record[0] == "process_terminal"]
+    assert [record[1].split("/")[1] for record in terminal] == ["launcher", "init"]
+    assert os.listdir(os.path.join(state_root, "staging")) == []
+
+
+def test_the_bootstrap_builds_the_documented_filesystem(sandbox_ids, state_root, tmp_path):
+    """S4: /usr and capabilities read-only nosuid nodev, fresh /proc, minimal /dev, capped tmpfs, read-only root."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "f").write_text("x")
+    result, seen = hostile(sandbox_ids, state_root, """
+        import fcntl, json, os, socket, struct
+        mounts = {}
+        for line in open('/proc/self/mountinfo'):
+            fields = line.split()
+            rest = fields[fields.index('-') + 1:]
+            mounts[fields[4]] = [fields[5], rest[0], rest[2]]
+        probe = socket.socket()
+        flags = struct.unpack('16sh22x', fcntl.ioctl(probe.fileno(), 0x8913, struct.pack('16sh22x', b'lo', 0)))[1]
+        limits = {line[:26].strip(): line[26:].split()[0] for line in list(open('/proc/self/limits'))[1:]}
+        print(json.dumps({'mounts': mounts, 'dev': sorted(os.listdir('/dev')), 'root': sorted(os.listdir('/')),
+                          'hostname': socket.gethostname(), 'lo_up': bool(flags & 1), 'limits': limits,
+                          'cwd': os.getcwd(), 'stdin': os.read(0, 10).decode()}))
+    """, capabilities=[("data", str(data))], limits=Limits(tmp_bytes=8 << 20, work_bytes=16 << 20, processes=20, files=100))
+    mounts = seen["mounts"]
+    assert set(mounts) == {"/", "/usr", "/cap/data", "/proc", "/dev", "/tmp", "/work"}
+    for point in ("/", "/usr", "/cap/data", "/dev"):
+        assert "ro" in mounts[point][0].split(","), point
+    for point in ("/usr", "/cap/data", "/tmp", "/work"):
+        assert {"nosuid", "nodev"} <= set(mounts[point][0].split(",")), point
+    assert mounts["/proc"][1] == "proc" and "hidepid=invisible" in mounts["/proc"][2]
+    assert "size=8192k" in mounts["/tmp"][2] and "size=16384k" in mounts["/work"][2]
+    assert seen["dev"] == ["fd", "full", "null", "random", "stderr", "stdin", "stdout", "urandom", "zero"]
+    assert seen["root"] == ["bin", "cap", "dev", "lib", "lib64", "proc", "sbin", "tmp", "usr", "work"]
+    assert seen["hostname"] == "casebox" and seen["lo_up"] is True
+    assert seen["limits"]["Max core file size"] == "0"
+    assert seen["limits"]["Max processes"] == "22"
+    assert seen["limits"]["Max open files"] == "100"
+    assert seen["limits"]["Max file size"] == str(16 << 20)
+    assert seen["limits"]["Max address space"] == str(2 * (512 << 20) + (256 << 20))
+    assert seen["limits"]["Max cpu time"] == "20"
+    assert (seen["cwd"], seen["stdin"]) == ("/work", "")
+
+
+def test_the_drop_is_complete_for_every_op(sandbox_ids, state_root):
+    """S5: no groups, no capability in any set, NoNewPrivs, default signals and an empty mask."""
+    os.setgroups([4321, 4322])
+    try:
+        result = run(sandbox_ids, state_root, GREP_STATUS)
+    finally:
+        os.setgroups([])
+    status = _status_lines(result)
+    assert status["Groups"] == ""
+    for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "SigBlk", "SigIgn"):
+        assert int(status[name], 16) == 0, name
+    assert status["NoNewPrivs"] == "1"
+
+
+def test_the_sandbox_dies_with_its_starter(sandbox_ids, state_root):
+    """S5/S8: pdeathsig is armed again after the UID change, so killing the starter ends the sandbox."""
+    program = (
+        "import sys; from sandbox_support import run;"
+        f"run({tuple(sandbox_ids)!r}, {state_root!r}, ['/usr/bin/sleep', '60'], timeout_ms=60_000)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", program], cwd=os.path.dirname(__file__))
+    deadline = time.monotonic() + 20
+    while not any(process_is_sleep(pid) for pid in processes_of(*sandbox_ids)):
+        assert time.monotonic() < deadline, "the op never started"
+        time.sleep(0.05)
+    child.kill()
+    child.wait()
+    deadline = time.monotonic() + 5
+    while processes_of(*sandbox_ids):
+        assert time.monotonic() < deadline, "the sandbox outlived its starter"
+        time.sleep(0.05)
+
+
+def process_is_sleep(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/exe").endswith("/sleep")
+    except OSError:
+        return False
+
+
+def test_a_dedicated_id_in_use_refuses_the_session(sandbox_ids, state_root):
+    """S6: a live process already running as the dedicated UID refuses the sandbox."""
+    uid, gid = sandbox_ids
+    squatter = subprocess.Popen(["/usr/bin/sleep", "30"], user=uid, group=gid)
+    try:
+        with pytest.raises(starter.Refused, match=f"sandbox uid {uid}.*already runs as it"):
+            start(sandbox_ids, state_root)
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+def test_an_op_that_fails_before_exec_never_gets_an_exit_code(sandbox_ids, state_root):
+    """S7: a failed exec reports the step and errno, and the child's raw status goes to the ledger only."""
+    ledger = RecordingLedger()
+    result = run(sandbox_ids, state_root, ["/nonexistent/program"], ledger=ledger)
+    assert isinstance(result, OpNotStarted)
+    assert (result.step, result.errno) == ("execve", errno.ENOENT)
+    assert not hasattr(result, "exit_code")
+    terminal = [record for record in ledger.records if record[0] == "process_terminal" and record[1].endswith("op-1")]
+    assert terminal == [("process_terminal", terminal[0][1], result.wait_status, "launcher")]
+
+
+def test_a_hot_sandbox_runs_ops_one_after_another(sandbox_ids, state_root):
+    """S7: after READY, each message is one op; the sandbox keeps serving."""
+    with start(sandbox_ids, state_root) as sandbox:
+        outputs = [
+            sandbox.run(["/usr/bin/echo", str(number)], env={}, timeout_ms=5000, stdout_cap=100, stderr_cap=100).stdout
+            for number in range(3)
+        ]
+    assert outputs == [b"0\n", b"1\n", b"2\n"]
+
+
+def test_the_launcher_refuses_a_rendezvous_peer_that_is_not_its_parent(tmp_path):
+    """S2: SO_PEERCRED must show uid 0 and the launcher's own parent."""
+    path = str(tmp_path / "s.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.bind(path)
+    server.listen(1)
+    try:
+        with pytest.raises(ProtocolError, match=f"not the starter \\(pid {os.getppid()}"):
+            rendezvous.connect(path)
+    finally:
+        server.close()
+
+
+def test_the_starter_refuses_a_peer_that_is_not_its_launcher(tmp_path):
+    """S2: the starter checks SO_PEERCRED for the pid it started."""
+    sandbox = Sandbox(Spec(2, 2), RecordingLedger(), str(tmp_path))
+    sandbox.stage_one = subprocess.Popen(["/usr/bin/true"])
+    sandbox.stage_one.wait()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(tmp_path / "s.sock"))
+    listener.listen(1)
+    impostor = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    impostor.connect(str(tmp_path / "s.sock"))
+    try:
+        with pytest.raises(ProtocolError, match=f"peer is pid {os.getpid()} uid 0, not the launcher"):
+            sandbox._accept(listener)
+    finally:
+        impostor.close()
+        listener.close()
+
+
+def test_the_nonce_must_match_and_is_single_use(tmp_path):
+    """S2: a wrong nonce, or a second HELLO after the nonce was spent, aborts."""
+    for nonce, sent in ((b"a" * 32, b"b" * 32), (None, b"a" * 32)):
+        sandbox = Sandbox(Spec(2, 2), RecordingLedger(), str(tmp_path))
+        sandbox.nonce = nonce
+        near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sandbox.channel = Channel(near, protocol.STARTER)
+        Channel(far, protocol.LAUNCHER).send("HELLO", version=protocol.VERSION, nonce=sent)
+        with pytest.raises(ProtocolError, match="nonce is wrong"):
+            sandbox._hello()
+        near.close()
+        far.close()
+
+
+def test_a_sandbox_failure_is_one_sentence_with_a_way_forward(sandbox_ids, state_root, monkeypatch):
+    """S11: a host that cannot sandbox fails closed with a sentence, never by running unsandboxed."""
+    monkeypatch.setattr(starter, "HOSTNAME", "x" * 100)
+    with pytest.raises(SandboxFailure, match=r"the launcher aborted during bootstrap: OSError: .*casebox doctor"):
+        start(sandbox_ids, state_root)
