@@ -1,0 +1,92 @@
+"""``casebox doctor``: one PASS or FAIL line per check with what to do; exit 0 only when every required check passes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from executor import doctor
+from executor.cli import main
+
+CHECKS = [
+    "root", "open_tree", "mount_setattr", "pidfd_open", "memfd_seals", "renameat2", "namespaces", "dedicated_ids",
+    "cgroup_v2", "python_prctl", "launcher_runtime",
+]
+
+
+def _config(tmp_path, sandbox_ids) -> str:
+    config = tmp_path / "casebox.toml"
+    config.write_text(f'sandbox_uid = {sandbox_ids[0]}\nsandbox_gid = {sandbox_ids[1]}\nstate_root = "{tmp_path}/state"\n')
+    return str(config)
+
+
+def _doctor(capsys, config, *arguments):
+    code = main(["--config", config, "doctor", *arguments])
+    out, err = capsys.readouterr()
+    assert err == ""
+    return code, out
+
+
+@pytest.mark.root
+def test_this_host_passes_every_required_check(capsys, sandbox_ids, tmp_path):
+    code, out = _doctor(capsys, _config(tmp_path, sandbox_ids), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] is True
+    assert [check["check"] for check in report["checks"]] == CHECKS
+    required = {check["check"]: check for check in report["checks"] if check["required"]}
+    assert set(required) == set(CHECKS) - {"cgroup_v2"}
+    assert all(check["status"] == "PASS" for check in required.values()), required
+    assert report["configuration"]["sandbox_uid"] == sandbox_ids[0]
+    assert report["configuration"]["state_root"] == f"{tmp_path}/state"
+    assert len(report["configuration"]["launcher_sha256"]) == 64
+    assert not os.path.exists(f"{tmp_path}/state") or os.listdir(f"{tmp_path}/state") == []
+
+
+@pytest.mark.root
+def test_text_output_prints_the_configuration_and_one_sentence_per_check(capsys, sandbox_ids, tmp_path):
+    code, out = _doctor(capsys, _config(tmp_path, sandbox_ids), "--state-root", str(tmp_path))
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("casebox doctor: configuration from ")
+    assert f"  state_root = {tmp_path}" in lines
+    verdicts = [line for line in lines if line.startswith(("PASS  ", "FAIL  "))]
+    assert [line.split()[1].rstrip(":") for line in verdicts] == CHECKS
+    assert all(line.endswith(".") for line in verdicts)
+    assert lines[-1] == "casebox doctor: this host can sandbox."
+
+
+@pytest.mark.root
+def test_a_failed_required_check_exits_1_with_what_to_do(capsys, sandbox_ids, tmp_path):
+    """S6 as a doctor check: a process using the dedicated ids fails the host."""
+    squatter = subprocess.Popen(["/usr/bin/sleep", "30"], user=sandbox_ids[0], group=sandbox_ids[1])
+    try:
+        code, out = _doctor(capsys, _config(tmp_path, sandbox_ids), "--json")
+    finally:
+        squatter.kill()
+        squatter.wait()
+    report = json.loads(out)
+    check = next(check for check in report["checks"] if check["check"] == "dedicated_ids")
+    assert code == 1 and report["ok"] is False
+    assert check["status"] == "FAIL" and check["required"] is True
+    assert f"{squatter.pid} (sleep)" in check["detail"] and "set another sandbox_uid" in check["detail"]
+
+
+def test_without_root_the_root_check_says_sudo(capsys, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    check = doctor.check_root()
+    assert (check.status, check.required) == ("FAIL", True)
+    assert "sudo .venv/bin/casebox doctor" in check.detail
+
+
+def test_cgroup_v2_is_reported_but_not_required():
+    check = doctor.check_cgroups()
+    assert check.required is False and check.detail
+
+
+@pytest.mark.root
+def test_renameat2_is_probed_on_the_state_roots_filesystem_and_leaves_nothing(tmp_path):
+    check = doctor.check_renameat2(str(tmp_path / "not" / "yet"))
+    assert check.passed and str(tmp_path) in check.detail
+    assert os.listdir(tmp_path) == []
