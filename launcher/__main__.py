@@ -121,8 +121,7 @@ def pid_one(arguments: list[str]) -> int:
         drop.close_descriptors_but(socket_fd)
         phase = "drop"
         drop.drop(setup["uid"], setup["gid"], last_capability)
-        observations = drop.observe()
-        drop.check(observations, setup["uid"], setup["gid"])
+        observations = drop.prove(setup["uid"], setup["gid"])
         channel.leaf("READY", proc_hidepid=hidepid, **observations)
         phase = "ops"
         while True:

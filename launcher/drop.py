@@ -110,6 +110,13 @@ def observe() -> dict:
     return observations
 
 
+def prove(uid: int, gid: int) -> dict:
+    """The observations READY carries, once they show a complete drop to ``uid``/``gid``."""
+    observations = observe()
+    check(observations, uid, gid)
+    return observations
+
+
 def check(observations: dict, uid: int, gid: int) -> None:
     """Refuse READY unless the drop is complete: the one rule, used by the launcher and the starter."""
     problems = []

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import errno
+import os
 import re
+import socket
 
 import pytest
 
-from launcher import drop
+from launcher import drop, protocol
+from launcher.protocol import Channel, ProtocolError
+from steward.ledger import RecordingLedger
+from steward.starter import Sandbox, Spec
 
 UID = GID = 2_000_000_100
 
@@ -53,3 +58,39 @@ def test_any_privilege_left_refuses_ready(change, complaint):
     observations = {**proved(), **change}
     with pytest.raises(drop.DropError, match=re.escape(complaint)):
         drop.check(observations, UID, GID)
+
+
+@pytest.mark.root
+def test_the_launcher_refuses_ready_when_nothing_was_dropped():
+    """S5: the launcher's own proof reads the kernel's view; still root, it must refuse."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drop.prove(UID, GID)
+            os.write(write_end, b"proved")
+        except drop.DropError as error:
+            os.write(write_end, str(error).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    verdict = os.read(read_end, 4096).decode()
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert verdict.startswith("the drop is not proved") and "CapEff" in verdict
+
+
+def test_the_starter_refuses_ready_with_privileges_left(tmp_path):
+    """S5: the starter checks READY's observations again, with the same rule, before it ACKs."""
+    sandbox = Sandbox(Spec(UID, GID), RecordingLedger(), str(tmp_path))
+    near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sandbox.channel = Channel(near, protocol.STARTER)
+    launcher = Channel(far, protocol.LAUNCHER)
+    launcher.send("READY", proc_hidepid=True, **{**proved(), "cap_eff": 1 << 21})
+    with pytest.raises(ProtocolError, match="CapEff is 0x200000"):
+        sandbox._bootstrap()
+    far.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        far.recv(64)  # no ACK was sent
+    near.close()
+    far.close()

@@ -226,7 +226,7 @@ def test_pid_one_descriptors_and_environment_are_closed_to_ops(sandbox_ids, stat
 
 
 def test_no_control_descriptor_reaches_an_op(sandbox_ids, state_root):
-    """S7: only 0 (/dev/null), 1 and 2 (capture pipes) are open in an op."""
+    """S7: only 0 (the sandbox's own /dev/null), 1 and 2 (capture pipes) are open in an op."""
     _, seen = hostile(sandbox_ids, state_root, """
         import json, os
         fds = {}
@@ -235,8 +235,10 @@ def test_no_control_descriptor_reaches_an_op(sandbox_ids, state_root):
                 fds[name] = os.readlink(f'/proc/self/fd/{name}')
             except FileNotFoundError:
                 pass  # the descriptor listdir itself used
+        fds['stdin_is_the_sandbox_dev_null'] = os.path.samestat(os.fstat(0), os.stat('/dev/null'))
         print(json.dumps(fds))
     """)
+    assert seen.pop("stdin_is_the_sandbox_dev_null") is True
     assert sorted(seen) == ["0", "1", "2"], seen
     assert seen["0"] == "/dev/null" and seen["1"].startswith("pipe:") and seen["2"].startswith("pipe:")
 
@@ -251,20 +253,21 @@ def test_no_host_variable_and_no_git_variable_reaches_an_op(sandbox_ids, state_r
 
 
 def test_a_double_forked_daemon_is_killed_and_counted(sandbox_ids, state_root):
-    """S8: pid 1 kills and reaps what outlives the op, and counts it."""
+    """S8: pid 1 kills and reaps what outlives the op, and counts it, instead of waiting for it."""
+    started = time.monotonic()
     result, seen = hostile(sandbox_ids, state_root, """
         import json, os, time
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
-                time.sleep(60)
+                time.sleep(120)
             os._exit(0)
         os.wait()
         print(json.dumps('parent done'))
     """)
     assert seen == "parent done" and result.limit == "OK"
     assert result.descendants_reaped == 1
-    assert result.wall_ms < 10_000
+    assert time.monotonic() - started < 60, "the daemon was waited for, not killed"
 
 
 def test_setsid_and_tiocsti_have_no_terminal_to_inject_into(sandbox_ids, state_root):

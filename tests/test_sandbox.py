@@ -13,9 +13,10 @@ import subprocess
 import sys
 import time
 
+import prctl
 import pytest
 
-from launcher import protocol, reexec, rendezvous
+from launcher import protocol, reexec, rendezvous, syscalls
 from launcher.protocol import Channel, ProtocolError
 from sandbox_support import PYTHON, contained, hostile, processes_of, run, start, state_root  # noqa: F401
 from steward import procfs, provision, starter
@@ -221,12 +222,18 @@ def test_the_bootstrap_builds_the_documented_filesystem(sandbox_ids, state_root,
 
 
 def test_the_drop_is_complete_for_every_op(sandbox_ids, state_root):
-    """S5: no groups, no capability in any set, NoNewPrivs, default signals and an empty mask."""
+    """S5: no groups, no capability in any set, NoNewPrivs, default signals and an empty mask.
+
+    The starter here holds supplementary groups and an inheritable capability,
+    which the launcher inherits, so each is gone only because the drop removed it.
+    """
     os.setgroups([4321, 4322])
+    prctl.cap_inheritable.net_raw = True
     try:
         result = run(sandbox_ids, state_root, GREP_STATUS)
     finally:
         os.setgroups([])
+        prctl.cap_inheritable.net_raw = False
     status = _status_lines(result)
     assert status["Groups"] == ""
     for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "SigBlk", "SigIgn"):
@@ -238,19 +245,25 @@ def test_the_sandbox_dies_with_its_starter(sandbox_ids, state_root):
     """S5/S8: pdeathsig is armed again after the UID change, so killing the starter ends the sandbox."""
     program = (
         "import sys; from sandbox_support import run;"
-        f"run({tuple(sandbox_ids)!r}, {state_root!r}, ['/usr/bin/sleep', '60'], timeout_ms=60_000)"
+        f"run({tuple(sandbox_ids)!r}, {state_root!r}, ['/usr/bin/sleep', '30'], timeout_ms=30_000)"
     )
     child = subprocess.Popen([sys.executable, "-c", program], cwd=os.path.dirname(__file__))
-    deadline = time.monotonic() + 20
-    while not any(process_is_sleep(pid) for pid in processes_of(*sandbox_ids)):
-        assert time.monotonic() < deadline, "the op never started"
-        time.sleep(0.05)
-    child.kill()
-    child.wait()
-    deadline = time.monotonic() + 5
-    while processes_of(*sandbox_ids):
-        assert time.monotonic() < deadline, "the sandbox outlived its starter"
-        time.sleep(0.05)
+    try:
+        deadline = time.monotonic() + 20
+        while not any(process_is_sleep(pid) for pid in processes_of(*sandbox_ids)):
+            assert time.monotonic() < deadline, "the op never started"
+            time.sleep(0.05)
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 5
+        while processes_of(*sandbox_ids):
+            assert time.monotonic() < deadline, "the sandbox outlived its starter"
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        child.wait()
+        for pid in processes_of(*sandbox_ids):
+            os.kill(pid, signal.SIGKILL)
 
 
 def process_is_sleep(pid: int) -> bool:
@@ -324,18 +337,28 @@ def test_the_starter_refuses_a_peer_that_is_not_its_launcher(tmp_path):
         listener.close()
 
 
-def test_the_nonce_must_match_and_is_single_use(tmp_path):
-    """S2: a wrong nonce, or a second HELLO after the nonce was spent, aborts."""
-    for nonce, sent in ((b"a" * 32, b"b" * 32), (None, b"a" * 32)):
-        sandbox = Sandbox(Spec(2, 2), RecordingLedger(), str(tmp_path))
-        sandbox.nonce = nonce
-        near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+def _hello(sandbox: Sandbox, nonce: bytes) -> None:
+    near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
         sandbox.channel = Channel(near, protocol.STARTER)
-        Channel(far, protocol.LAUNCHER).send("HELLO", version=protocol.VERSION, nonce=sent)
-        with pytest.raises(ProtocolError, match="nonce is wrong"):
-            sandbox._hello()
+        Channel(far, protocol.LAUNCHER).send("HELLO", version=protocol.VERSION, nonce=nonce)
+        sandbox._hello()
+    finally:
         near.close()
         far.close()
+
+
+def test_the_nonce_must_match_and_is_single_use(tmp_path, monkeypatch):
+    """S2: a wrong nonce aborts, and the right nonce works once only."""
+    monkeypatch.setattr(starter.cgroups, "detect", lambda: None)
+    sandbox = Sandbox(Spec(2, 2), RecordingLedger(), str(tmp_path))
+    sandbox.nonce = b"a" * 32
+    with pytest.raises(ProtocolError, match="nonce is wrong"):
+        _hello(sandbox, b"b" * 32)
+    sandbox.nonce = b"a" * 32
+    _hello(sandbox, b"a" * 32)
+    with pytest.raises(ProtocolError, match="nonce is wrong"):
+        _hello(sandbox, b"a" * 32)
 
 
 def test_a_sandbox_failure_is_one_sentence_with_a_way_forward(sandbox_ids, state_root, monkeypatch):
@@ -343,3 +366,24 @@ def test_a_sandbox_failure_is_one_sentence_with_a_way_forward(sandbox_ids, state
     monkeypatch.setattr(starter, "HOSTNAME", "x" * 100)
     with pytest.raises(SandboxFailure, match=r"the launcher aborted during bootstrap: OSError: .*casebox doctor"):
         start(sandbox_ids, state_root)
+
+
+def test_no_sandbox_mount_propagates_even_when_the_starters_mounts_are_shared(sandbox_ids, state_root):
+    """S4: pid 1 makes propagation private before its first mount, so a shared host root sees nothing."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            syscalls.unshare(syscalls.CLONE_NEWNS)
+            syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_SHARED)
+            before = open("/proc/self/mountinfo").read().count("\n")
+            run(sandbox_ids, state_root, ["/usr/bin/true"])
+            after = open("/proc/self/mountinfo").read().count("\n")
+            os.write(write_end, json.dumps([before, after]).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    counts = json.loads(os.read(read_end, 4096) or b"null")
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert counts is not None and counts[0] == counts[1], "a sandbox mount propagated into the starter's namespace"
