@@ -160,7 +160,6 @@ class Sandbox:
         return f"{self.id}/{what}"
 
     def _start(self) -> None:
-        dedicated.require_unused(self.spec.uid, self.spec.gid)
         capability_fds = [(os.open("/usr", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), "/usr")]
         runtime = None
         try:
@@ -204,7 +203,7 @@ class Sandbox:
         return listener
 
     def _spawn(self, interpreter: str, launcher_fd: int) -> None:
-        """Start stage 1 blocked on its nonce; record it, then release it by writing the nonce."""
+        """Start stage 1 blocked on its nonce; record it, admit the session, then release it with the nonce."""
         self.nonce = secrets.token_bytes(protocol.NONCE_BYTES)
         process = subprocess.Popen(
             [interpreter, "-I", "-S", f"/proc/self/fd/{launcher_fd}", "stage1", str(self.staging_fd), self.socket_name],
@@ -221,9 +220,28 @@ class Sandbox:
         self.unreaped[process.pid] = self._op_id("launcher")
         found = procfs.identity(process.pid)
         self.ledger.process_intent(self._op_id("launcher"), "launcher", found.pid, found.starttime, found.pgid)
+        # While stage 1's interpreter starts (it then waits for the nonce):
+        # S6, checked before anything runs as the dedicated ids, and the cgroup.
+        dedicated.require_unused(self.spec.uid, self.spec.gid)
+        self._contain(process.pid)
         process.stdin.write(self.nonce)
         process.stdin.close()
         self.ledger.process_released(self._op_id("launcher"))
+
+    def _contain(self, pid: int) -> None:
+        """Put the still-blocked stage 1 into the sandbox's own cgroup, so pid 1 is born there.
+
+        Moving a task between cgroups waits for an RCU grace period (several
+        ms); done here, it overlaps the launcher's interpreter start.
+        """
+        hierarchy = cgroups.detect()
+        if hierarchy is None:
+            return
+        self.cgroup = cgroups.SandboxCgroup.create(
+            hierarchy, f"casebox-{self.id}", memory_bytes=self.spec.limits.memory_bytes,
+            pids_max=self.spec.limits.processes + 1,
+        )
+        self.cgroup.attach(pid)
 
     def _accept(self, listener: socket.socket) -> socket.socket:
         try:
@@ -245,15 +263,6 @@ class Sandbox:
             raise ProtocolError(f"the launcher speaks {message.fields['version']!r}, not {protocol.VERSION!r}")
         if nonce is None or not hmac.compare_digest(message.fields["nonce"], nonce):
             raise ProtocolError("the launcher's nonce is wrong")
-        hierarchy = cgroups.detect()
-        if hierarchy is not None:
-            self.cgroup = cgroups.SandboxCgroup.create(
-                hierarchy,
-                f"casebox-{self.id}",
-                memory_bytes=self.spec.limits.memory_bytes,
-                pids_max=self.spec.limits.processes + 1,
-            )
-            self.cgroup.attach(self.stage_one.pid)
         self.channel.ack(message)
 
     def _setup(self, digest: bytes, runtime, capability_fds: list[tuple[int, str]]) -> None:

@@ -1,0 +1,127 @@
+"""Sandbox start and op costs against bubblewrap, and the loopback options (run as root).
+
+- sandbox_cold: provision, READY, one `true` op, teardown, through the
+  starter API (the long-lived steward's path; the shipped launcher is built
+  once per process, so that build is outside the loop).
+- sandbox_hot: one more `true` op in an already READY sandbox.
+- loopback_up_ms: raising lo with the launcher's SIOCSIFFLAGS ioctl inside
+  the new namespace, against pyroute2 driving the namespace from the
+  long-lived side (pyroute2 already imported; its import is reported in the
+  anchor's name).
+
+The anchor for the first two is the same bwrap run, measured in this run.
+The dedicated ids come from CASEBOX_TEST_UID/CASEBOX_TEST_GID when set, else
+the configured defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from timing import median_seconds, run_quietly
+
+from executor import config as configuration
+from launcher import network
+from launcher import syscalls as sc
+from steward import provision
+from steward.ledger import RecordingLedger
+from steward.starter import Sandbox, Spec
+
+BWRAP = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc",
+         "--dev", "/dev", "true"]
+BWRAP_NAME = "bwrap --unshare-all --die-with-parent --new-session --ro-bind / / --proc /proc --dev /dev true"
+TRUE = ["/usr/bin/true"]
+
+
+def _spec() -> Spec:
+    defaults = configuration.load()
+    uid = int(os.environ.get("CASEBOX_TEST_UID", defaults.sandbox_uid))
+    gid = int(os.environ.get("CASEBOX_TEST_GID", os.environ.get("CASEBOX_TEST_UID", defaults.sandbox_gid)))
+    return Spec(uid, gid)
+
+
+def _true(sandbox: Sandbox) -> None:
+    result = sandbox.run(TRUE, env={}, timeout_ms=10_000, stdout_cap=1024, stderr_cap=1024)
+    if result.wait_status != 0:
+        raise SystemExit(f"sandbox benchmark: true ended with wait status {result.wait_status:#x}")
+
+
+def _bwrap_ms() -> float:
+    return median_seconds(lambda: run_quietly(BWRAP), repeat=30, warmup=3) * 1000
+
+
+def sandbox_cold() -> dict:
+    provision.shipped()
+    spec = _spec()
+    with tempfile.TemporaryDirectory(prefix="casebox-bench-") as state_root:
+
+        def cold() -> None:
+            with Sandbox.start(spec, ledger=RecordingLedger(), state_root=state_root) as sandbox:
+                _true(sandbox)
+
+        value = median_seconds(cold, repeat=15, warmup=2) * 1000
+    return {"metric": "sandbox_cold", "value": round(value, 2), "unit": "ms", "anchor": BWRAP_NAME,
+            "anchor_value": round(_bwrap_ms(), 2)}
+
+
+def sandbox_hot() -> dict:
+    with tempfile.TemporaryDirectory(prefix="casebox-bench-") as state_root:
+        with Sandbox.start(_spec(), ledger=RecordingLedger(), state_root=state_root) as sandbox:
+            value = median_seconds(lambda: _true(sandbox), repeat=50, warmup=5) * 1000
+    return {"metric": "sandbox_hot", "value": round(value, 2), "unit": "ms", "anchor": BWRAP_NAME,
+            "anchor_value": round(_bwrap_ms(), 2)}
+
+
+def _ioctl_in_new_namespace() -> float:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        sc.unshare(sc.CLONE_NEWNET)
+        start = time.perf_counter()
+        network.loopback_up()
+        os.write(write_end, repr(time.perf_counter() - start).encode())
+        os._exit(0)
+    os.close(write_end)
+    elapsed = float(os.read(read_end, 64))
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    return elapsed
+
+
+def _pyroute2_import_ms() -> float:
+    code = "import time; t = time.perf_counter(); import pyroute2; print(time.perf_counter() - t)"
+    return float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout) * 1000
+
+
+def loopback_up_ms() -> dict:
+    import pyroute2
+
+    holder = sc.clone(sc.CLONE_NEWNET)
+    if holder == 0:
+        time.sleep(60)
+        os._exit(0)
+    try:
+
+        def with_pyroute2() -> None:
+            with pyroute2.IPRoute(netns=f"/proc/{holder}/ns/net") as ipr:
+                ipr.link("set", index=1, state="up")
+
+        anchor = median_seconds(with_pyroute2, repeat=15, warmup=2) * 1000
+    finally:
+        os.kill(holder, 9)
+        os.waitpid(holder, 0)
+    samples = sorted(_ioctl_in_new_namespace() for _ in range(15))
+    return {
+        "metric": "loopback_up_ms",
+        "value": round(samples[len(samples) // 2] * 1000, 3),
+        "unit": "ms",
+        "anchor": f"pyroute2 IPRoute(netns).link set lo up from the long-lived side (plus a one-off import of {_pyroute2_import_ms():.0f} ms)",
+        "anchor_value": round(anchor, 3),
+    }
+
+
+METRICS = {"sandbox_cold": sandbox_cold, "sandbox_hot": sandbox_hot, "loopback_up_ms": loopback_up_ms}
