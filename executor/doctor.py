@@ -16,11 +16,12 @@ import shutil
 import tempfile
 from typing import Callable
 
+import launcher
 from launcher import reexec
 from launcher import syscalls as sc
 from steward import cgroups, dedicated
 from steward.failure import SandboxFailure
-from steward.runtime import open_runtime
+from steward.runtime import launcher_source_problem, open_runtime
 
 SUDO = "run it as root: sudo .venv/bin/casebox doctor"
 
@@ -196,6 +197,17 @@ def check_runtime() -> Check:
     return Check("launcher_runtime", True, True, f"the interpreter {runtime.interpreter} and the modules in {runtime.import_dir} are root-only")
 
 
+def check_launcher_source() -> Check:
+    package = os.path.dirname(os.path.realpath(launcher.__file__))
+    problem = launcher_source_problem(package)
+    if problem is None:
+        return Check("launcher_source", False, True, f"the launcher sources in {package} are root-only")
+    return Check(
+        "launcher_source", False, False,
+        f"{problem}, so a non-root user can change what root runs; for production install casebox as root from a root-owned copy",
+    )
+
+
 def run_checks(state_root: str, uid: int, gid: int) -> list[Check]:
     return [
         check_root(),
@@ -209,4 +221,5 @@ def run_checks(state_root: str, uid: int, gid: int) -> list[Check]:
         check_cgroups(),
         check_prctl(),
         check_runtime(),
+        check_launcher_source(),
     ]

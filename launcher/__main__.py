@@ -50,7 +50,7 @@ def stage_one(staging_fd: int, socket_name: str) -> int:
         phase = "capabilities"
         trees = []
         for directory_fd, target in setup.capabilities:
-            channel.leaf("MOUNT_INTENT", target=target, kind="bind-ro")
+            channel.leaf("MOUNT_INTENT", target=target, kind="tree")
             trees.append((mounts.clone_capability(directory_fd), target))
             os.close(directory_fd)
         phase = "sealing"

@@ -73,7 +73,7 @@ class Builder:
             os.mkdir(relative, 0o755)
         sc.move_mount(tree, "", sc.AT_FDCWD, relative, sc.MOVE_MOUNT_F_EMPTY_PATH)
         os.close(tree)
-        self.journal("MOUNT_DONE", target, "bind-ro")
+        self.journal("MOUNT_DONE", target, "tree")
 
     def proc(self) -> bool:
         """A fresh /proc for the new pid namespace; True when hidepid=2 was accepted."""
@@ -120,8 +120,8 @@ class Builder:
     def pivot(self) -> None:
         """pivot_root onto the new root, detach the old one, and make the root tmpfs read-only."""
         sc.pivot_root(".", ".")
-        self.journal("UNMOUNT_INTENT", "/.old-root", "detach")
+        self.journal("UNMOUNT_INTENT", "/.old-root", "tree")
         sc.umount2(".", sc.MNT_DETACH)
-        self.journal("UNMOUNT_DONE", "/.old-root", "detach")
+        self.journal("UNMOUNT_DONE", "/.old-root", "tree")
         os.chdir("/")
         sc.mount_setattr(sc.AT_FDCWD, "/", 0, sc.MOUNT_ATTR_RDONLY)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import pathlib
 import stat
 import sys
 
@@ -59,6 +60,21 @@ def _module_directory() -> tuple[str, list[str]]:
     if len(directories) != 1:
         raise SandboxFailure(f"the launcher's modules {', '.join(LAUNCHER_MODULES)} must share one directory, not {sorted(directories)}")
     return directories.pop(), files
+
+
+def launcher_source_problem(package_dir: str) -> str | None:
+    """Why the launcher package's sources are not root-only, or None when they are.
+
+    The shipped launcher is built from these files, so whoever can change
+    them chooses what root runs. An editable install in a checkout owned by
+    an unprivileged user (a CI runner's) is such a case; it is reported, not
+    refused, because there that user is an administrator anyway.
+    """
+    for path in [package_dir, *sorted(str(item) for item in pathlib.Path(package_dir).glob("*.py"))]:
+        info = os.stat(path, follow_symlinks=False)
+        if info.st_uid != 0 or info.st_mode & 0o022:
+            return f"{path} is owned by uid {info.st_uid} with mode {stat.S_IMODE(info.st_mode):04o}"
+    return None
 
 
 def open_runtime() -> Runtime:

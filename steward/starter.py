@@ -157,7 +157,7 @@ class Sandbox:
         return sandbox
 
     def _op_id(self, what: str) -> str:
-        return f"{self.id}/{what}"
+        return f"{self.id}.{what}"
 
     def _start(self) -> None:
         capability_fds = [(os.open("/usr", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), "/usr")]
@@ -337,12 +337,12 @@ class Sandbox:
             raise ProtocolError(f"process {pid} is not our child and pid 1 of a new namespace")
         self.init_pid = pid
         self.unreaped[pid] = self._op_id("init")
-        self.ledger.process_intent(self._op_id("init"), "sandbox-init", found.pid, found.starttime, found.pgid)
+        self.ledger.process_intent(self._op_id("init"), "namespace", found.pid, found.starttime, found.pgid)
         stage_one = self.stage_one.pid
         status = _reap(stage_one, BOOTSTRAP_SECONDS)
         del self.unreaped[stage_one]
         self.stage_one.returncode = os.waitstatus_to_exitcode(status)
-        self.ledger.process_terminal(self._op_id("launcher"), status, "starter")
+        self.ledger.process_terminal(self._op_id("launcher"), status, "steward")
         if status != 0:
             raise ProtocolError(f"the launcher's first stage ended with wait status {status:#x}")
         self.channel.ack(message)
@@ -389,7 +389,7 @@ class Sandbox:
             found = procfs.identity(host_pid)
         except (OSError, LookupError) as error:
             raise ProtocolError(f"the op child cannot be identified: {error}") from None
-        self.ledger.process_intent(op_id, "op", found.pid, found.starttime, found.pgid)
+        self.ledger.process_intent(op_id, "descendant", found.pid, found.starttime, found.pgid)
         self.channel.ack(message)
         self.ledger.process_released(op_id)
         self.channel.sock.settimeout(timeout_ms / 1000 + REPORT_GRACE_SECONDS)
@@ -442,7 +442,7 @@ class Sandbox:
             del self.unreaped[pid]
             if self.stage_one is not None and pid == self.stage_one.pid:
                 self.stage_one.returncode = os.waitstatus_to_exitcode(status)
-            self.ledger.process_terminal(op_id, status, "starter")
+            self.ledger.process_terminal(op_id, status, "steward")
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None

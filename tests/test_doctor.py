@@ -13,7 +13,7 @@ from executor.cli import main
 
 CHECKS = [
     "root", "open_tree", "mount_setattr", "pidfd_open", "memfd_seals", "renameat2", "namespaces", "dedicated_ids",
-    "cgroup_v2", "python_prctl", "launcher_runtime",
+    "cgroup_v2", "python_prctl", "launcher_runtime", "launcher_source",
 ]
 
 
@@ -37,7 +37,7 @@ def test_this_host_passes_every_required_check(capsys, sandbox_ids, tmp_path):
     assert code == 0 and report["ok"] is True
     assert [check["check"] for check in report["checks"]] == CHECKS
     required = {check["check"]: check for check in report["checks"] if check["required"]}
-    assert set(required) == set(CHECKS) - {"cgroup_v2"}
+    assert set(required) == set(CHECKS) - {"cgroup_v2", "launcher_source"}
     assert all(check["status"] == "PASS" for check in required.values()), required
     assert report["configuration"]["sandbox_uid"] == sandbox_ids[0]
     assert report["configuration"]["state_root"] == f"{tmp_path}/state"
@@ -78,6 +78,18 @@ def test_without_root_the_root_check_says_sudo(capsys, monkeypatch):
     check = doctor.check_root()
     assert (check.status, check.required) == ("FAIL", True)
     assert "sudo .venv/bin/casebox doctor" in check.detail
+
+
+def test_launcher_sources_writable_by_others_are_reported(tmp_path, monkeypatch):
+    package = tmp_path / "launcher"
+    package.mkdir()
+    (package / "x.py").write_text("")
+    os.chmod(package, 0o755)
+    os.chmod(package / "x.py", 0o666)
+    monkeypatch.setattr(doctor.launcher, "__file__", str(package / "__init__.py"))
+    check = doctor.check_launcher_source()
+    assert (check.status, check.required) == ("FAIL", False)
+    assert f"{package}/x.py is owned by uid" in check.detail and "mode 0666" in check.detail
 
 
 def test_cgroup_v2_is_reported_but_not_required():

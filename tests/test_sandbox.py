@@ -16,6 +16,8 @@ import time
 import prctl
 import pytest
 
+from journal.reader import Verdict, read_journal
+from journal.writer import JournalWriter
 from launcher import protocol, reexec, rendezvous, syscalls
 from launcher.protocol import Channel, ProtocolError
 from sandbox_support import PYTHON, contained, hostile, processes_of, run, start, state_root  # noqa: F401
@@ -40,10 +42,10 @@ def test_one_op_runs_as_the_dedicated_ids_and_everything_is_torn_down(sandbox_id
     assert (result.limit, result.wait_status, result.exit_code, result.signal) == ("OK", 0, 0, None)
     assert result.stdout == f"{sandbox_ids[0]}\n".encode()
     assert os.listdir(os.path.join(state_root, "staging")) == [], "the launcher file and the socket are removed"
-    roles = {record[1].split("/")[1]: record[2] for record in ledger.records if record[0] == "process_intent"}
-    assert roles == {"launcher": "launcher", "init": "sandbox-init", "op-1": "op"}
-    terminal = {record[1].split("/")[1]: record[2:] for record in ledger.records if record[0] == "process_terminal"}
-    assert terminal == {"launcher": (0, "starter"), "init": (0, "starter"), "op-1": (0, "launcher")}
+    roles = {record[1].split(".")[1]: record[2] for record in ledger.records if record[0] == "process_intent"}
+    assert roles == {"launcher": "launcher", "init": "namespace", "op-1": "descendant"}
+    terminal = {record[1].split(".")[1]: record[2:] for record in ledger.records if record[0] == "process_terminal"}
+    assert terminal == {"launcher": (0, "steward"), "init": (0, "steward"), "op-1": (0, "launcher")}
 
 
 def test_every_intent_precedes_its_release_and_completion(sandbox_ids, state_root):
@@ -81,7 +83,7 @@ class _Watcher(RecordingLedger):
             fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
             self.looks[role] = [fd for fd in fds if fd.startswith("socket:")]
             self.looks["argv_environ"] = open(f"/proc/{pid}/cmdline", "rb").read() + open(f"/proc/{pid}/environ", "rb").read()
-        elif role == "sandbox-init":
+        elif role == "namespace":
             self.init_pid = pid
             self.looks[role] = "casebox" in open(f"/proc/{pid}/mountinfo").read()
             self.looks["namespaces"] = {
@@ -133,8 +135,8 @@ def test_blocked_processes_and_mounts_wait_for_their_durable_intent(sandbox_ids,
     result = run(sandbox_ids, state_root, ["/usr/bin/true"], ledger=watcher)
     assert result.limit == "OK"
     assert watcher.looks["launcher"] == [], "stage 1 connected before its intent was durable"
-    assert watcher.looks["sandbox-init"] is False, "pid 1 mounted before its intent was durable"
-    assert watcher.looks["op"] == os.path.realpath(sys.executable), "the op exec'd before its intent was durable"
+    assert watcher.looks["namespace"] is False, "pid 1 mounted before its intent was durable"
+    assert watcher.looks["descendant"] == os.path.realpath(sys.executable), "the op exec'd before its intent was durable"
     for target, (at_intent, at_done) in watcher.mount_counts.items():
         if target == "/.old-root":
             assert at_done < at_intent, "the old root was detached before its intent was durable"
@@ -178,7 +180,7 @@ def test_a_ledger_that_cannot_record_stops_the_sandbox(sandbox_ids, state_root):
         start(sandbox_ids, state_root, ledger=ledger)
     assert not any(record[0] == "mount_done" and record[2] == "/proc" for record in ledger.records)
     terminal = [record for record in ledger.records if record[0] == "process_terminal"]
-    assert [record[1].split("/")[1] for record in terminal] == ["launcher", "init"]
+    assert [record[1].split(".")[1] for record in terminal] == ["launcher", "init"]
     assert os.listdir(os.path.join(state_root, "staging")) == []
 
 
@@ -387,3 +389,22 @@ def test_no_sandbox_mount_propagates_even_when_the_starters_mounts_are_shared(sa
     os.close(read_end)
     os.waitpid(pid, 0)
     assert counts is not None and counts[0] == counts[1], "a sandbox mount propagated into the starter's namespace"
+
+
+def test_the_journal_writer_is_a_ledger_and_its_journal_verifies(sandbox_ids, state_root, tmp_path):
+    """J1 with the production ledger: every record the starter makes is valid and durable, and the journal is VALID."""
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    directory = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with JournalWriter.create(directory, "journal", journal_id="journal-1", stage_id="stage-1", attempt_id="a-1") as writer:
+            result = run(sandbox_ids, state_root, ["/usr/bin/true"], ledger=writer)
+    finally:
+        os.close(directory)
+    reading = read_journal((stage / "journal").read_bytes(), expect_stage_id="stage-1")
+    assert reading.verdict == Verdict.VALID, reading.reason
+    kinds = [record.kind.name for record in reading.records]
+    assert kinds.count("PROCESS_INTENT") == kinds.count("PROCESS_TERMINAL") == 3
+    assert kinds.count("MOUNT_INTENT") == kinds.count("MOUNT_DONE") == 6
+    terminal = [record.fields for record in reading.records if record.kind.name == "PROCESS_TERMINAL"]
+    assert [(fields["wait_status"], fields["reaper"]) for fields in terminal] == [(0, "steward"), (result.wait_status, "launcher"), (0, "steward")]

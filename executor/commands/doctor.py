@@ -46,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="check whether this host can sandbox (run with sudo)",
         description="Probe every kernel feature and host condition casebox needs: root, open_tree, mount_setattr, "
         "pidfd_open, memfd seals, renameat2 on the state directory's filesystem, new namespaces, an unused "
-        "dedicated UID/GID, python-prctl, a root-only launcher runtime; cgroup v2 is reported, not required. "
+        "dedicated UID/GID, python-prctl, a root-only launcher runtime; cgroup v2 and root-only launcher sources are "
+        "reported, not required. "
         "Prints the effective configuration and one PASS or FAIL line per check with what to do. Exit 0 only "
         "when every required check passes, 1 otherwise.",
     )
