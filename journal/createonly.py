@@ -51,6 +51,15 @@ def _accept_existing(dir_fd: int, name: str, data: bytes, shown: str) -> None:
     os.fsync(dir_fd)
 
 
+def write_durably(fd: int, data: bytes, mode: int) -> None:
+    """Write all of ``data`` to the new file ``fd``, set its mode (the umask never applies), then fsync it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fchmod(fd, mode)
+    os.fsync(fd)
+
+
 def publish_once(dir_fd: int, name: str, data: bytes, *, mode: int = 0o444, shown: str | None = None) -> bool:
     """Create ``name`` under ``dir_fd`` holding exactly ``data``; True if this call created it."""
     shown = shown or name
@@ -58,11 +67,7 @@ def publish_once(dir_fd: int, name: str, data: bytes, *, mode: int = 0o444, show
         raise Refused(shown, "an evidence name must be one plain path segment")
     fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fchmod(fd, mode)
-        os.fsync(fd)
+        write_durably(fd, data, mode)
         try:
             os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
         except FileExistsError:

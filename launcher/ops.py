@@ -190,6 +190,19 @@ def run(channel, fields: dict) -> None:
     for fd in (pidfd, stdout_read, stderr_read, report_read):
         poller.register(fd, select.POLLIN)
     open_fds = {stdout_read, stderr_read, report_read}
+
+    def take(fd: int) -> bool:
+        """Read one ready pipe; True when a capture has now overflowed its cap."""
+        chunk = os.read(fd, _READ)
+        if not chunk:
+            poller.unregister(fd)
+            open_fds.discard(fd)
+            return False
+        if fd == report_read:
+            report.extend(chunk)
+            return False
+        return captures[fd].add(chunk)
+
     timed_out = overflowed = killed = exited = False
     while not exited:
         wait_ms = -1 if killed else max(0, int((deadline - time.monotonic()) * 1000) + 1)
@@ -200,14 +213,7 @@ def run(channel, fields: dict) -> None:
         for fd, _ in events:
             if fd == pidfd:
                 exited = True
-                continue
-            chunk = os.read(fd, _READ)
-            if not chunk:
-                poller.unregister(fd)
-                open_fds.discard(fd)
-            elif fd == report_read:
-                report += chunk
-            elif captures[fd].add(chunk) and not killed:
+            elif take(fd) and not killed:
                 overflowed = killed = True
                 kill_everything()
     _, status, usage = os.wait4(pid, 0)
@@ -220,14 +226,7 @@ def run(channel, fields: dict) -> None:
         if not events:
             break
         for fd, _ in events:
-            chunk = os.read(fd, _READ)
-            if not chunk:
-                poller.unregister(fd)
-                open_fds.discard(fd)
-            elif fd == report_read:
-                report += chunk
-            else:
-                captures[fd].add(chunk)
+            take(fd)
     for fd in (stdout_read, stderr_read, report_read):
         os.close(fd)
     others = reap_all()

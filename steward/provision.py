@@ -28,6 +28,7 @@ import stat
 import zipfile
 
 import launcher
+from journal.createonly import write_durably
 from journal.errors import Refused
 from launcher.digest import sha256_of_fd
 
@@ -111,11 +112,7 @@ def provision(staging_fd: int, name: str, data: bytes, *, shown: str) -> None:
     except FileExistsError:
         raise Refused(shown, "already exists; a launcher is provisioned create-only") from None
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fchmod(fd, LAUNCHER_MODE)
-        os.fsync(fd)
+        write_durably(fd, data, LAUNCHER_MODE)
     finally:
         os.close(fd)
     os.fsync(staging_fd)
