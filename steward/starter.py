@@ -140,6 +140,7 @@ class Sandbox:
         self.pending_mounts: dict[tuple[str, str, str], str] = {}
         self.nonce: bytes | None = None
         self.hidepid = False
+        self.launcher_stderr = ""
 
     # -- start -----------------------------------------------------------
 
@@ -443,6 +444,11 @@ class Sandbox:
             if self.stage_one is not None and pid == self.stage_one.pid:
                 self.stage_one.returncode = os.waitstatus_to_exitcode(status)
             self.ledger.process_terminal(op_id, status, "steward")
+        if self.stage_one is not None and self.stage_one.stderr is not None and not self.stage_one.stderr.closed:
+            # Every writer (stage 1, pid 1) is reaped, so this read ends.
+            lines = [line for line in self.stage_one.stderr.read().decode("utf-8", "replace").splitlines() if line.strip()]
+            self.stage_one.stderr.close()
+            self.launcher_stderr = " ".join(lines[-1:])[-_STDERR_TAIL:]
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None
@@ -455,23 +461,14 @@ class Sandbox:
             self.staging_fd = -1
 
     def _explain(self, error: ProtocolError) -> str:
-        """One sentence: why the sandbox failed, with the launcher's last words when it left any."""
+        """One sentence, after teardown: why the sandbox failed, with the launcher's last stderr line if any."""
         if isinstance(error, protocol.Aborted):
             reason = f"the launcher aborted during {error}"
         else:
             reason = f"the launcher protocol failed: {error}"
-        tail = self._stderr_tail()
-        if tail:
-            reason += f" (launcher stderr: {tail})"
+        if self.launcher_stderr:
+            reason += f" (launcher stderr: {self.launcher_stderr})"
         return f"{reason}; run `sudo casebox doctor` to check what this host supports"
-
-    def _stderr_tail(self) -> str:
-        if self.stage_one is None or self.stage_one.stderr is None or self.unreaped:
-            return ""
-        data = self.stage_one.stderr.read()
-        self.stage_one.stderr.close()
-        lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
-        return " ".join(lines[-1:])[-_STDERR_TAIL:]
 
     def __enter__(self) -> "Sandbox":
         return self

@@ -408,3 +408,16 @@ def test_the_journal_writer_is_a_ledger_and_its_journal_verifies(sandbox_ids, st
     assert kinds.count("MOUNT_INTENT") == kinds.count("MOUNT_DONE") == 6
     terminal = [record.fields for record in reading.records if record.kind.name == "PROCESS_TERMINAL"]
     assert [(fields["wait_status"], fields["reaper"]) for fields in terminal] == [(0, "steward"), (result.wait_status, "launcher"), (0, "steward")]
+
+
+def test_teardown_closes_every_descriptor_the_starter_opened(sandbox_ids, state_root):
+    """A long-lived starter must not leak: after close, even a kept Sandbox holds no descriptor."""
+    run(sandbox_ids, state_root, ["/usr/bin/true"])
+    before = sorted(os.listdir("/proc/self/fd"))
+    kept = []
+    for _ in range(3):
+        sandbox = start(sandbox_ids, state_root)
+        sandbox.run(["/usr/bin/true"], env={}, timeout_ms=5000, stdout_cap=16, stderr_cap=16)
+        sandbox.close()
+        kept.append(sandbox)
+    assert sorted(os.listdir("/proc/self/fd")) == before

@@ -164,7 +164,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "--env", type=_variable, action="append", default=[], metavar="K=V",
-        help="add one environment variable; GIT_* and credentials are refused",
+        help="add one environment variable to the op's PATH, HOME=/work, TMPDIR=/tmp and LANG=C.UTF-8; "
+        "GIT_* and credentials are refused",
     )
     run.add_argument("--state-root", metavar="DIR", help="state root for the staging directory (default: configuration)")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- ARGV", help="the program and its arguments")
