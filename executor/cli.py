@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "executor.commands.journal",
     "executor.commands.sandbox",
     "executor.commands.doctor",
+    "executor.commands.evaluate",
 )
 
 

@@ -149,11 +149,16 @@ def _one_of(fields: ClosedObject, key: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def _wait_status(fields: ClosedObject, key: str) -> int:
-    status = fields.pop_int(key, low=0, high=MAX_WAIT_STATUS)
+def is_terminated_status(status: int) -> bool:
+    """Whether ``status`` is the raw wait status of an exit or a signal death (not stopped, not continued)."""
     exited = status & 0xFF == 0
     signalled = status >> 8 == 0 and 1 <= status & 0x7F <= 0x7E
-    if not (exited or signalled):
+    return 0 <= status <= MAX_WAIT_STATUS and (exited or signalled)
+
+
+def _wait_status(fields: ClosedObject, key: str) -> int:
+    status = fields.pop_int(key, low=0, high=MAX_WAIT_STATUS)
+    if not is_terminated_status(status):
         raise StrictJSONError(f"{fields.path}.{key}", f"{status:#06x} is not the raw status of a terminated process")
     return status
 

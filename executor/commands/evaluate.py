@@ -1,0 +1,73 @@
+"""``casebox evaluate``: fold an attempt's receipts, checked against its sealed journals, into one verdict."""
+
+from __future__ import annotations
+
+import argparse
+
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, EXIT_UNVERIFIED
+from journal.errors import Refused
+
+_EXIT = {"PASS": EXIT_OK, "FAIL": EXIT_NOT_OK, "UNVERIFIED": EXIT_UNVERIFIED}
+
+
+def _seconds(wall_ms: int | None) -> str:
+    return "-" if wall_ms is None else f"{wall_ms / 1000:.3f} s"
+
+
+def table(report) -> str:
+    """The case, status, reason and time of every case, then the verdict."""
+    rows = [("case", "status", "reason", "time")]
+    rows += [(r.case_id, r.status, r.reason, _seconds(r.wall_ms)) for r in report.cases]
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    lines = [f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}".rstrip() for row in rows]
+    lines += [f"problem: {problem}" for problem in report.problems]
+    return "\n".join(lines)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from executor.commands.plan import load_plan
+    from executor.evaluate import Expected, evaluate, publish_report
+    from executor.preflight import check_attempt, check_sha256
+    from executor.receipts import MAX_ATTEMPT_NUMBER
+    from journal.strictjson import canonical
+
+    attempt_id = check_attempt(args.attempt, "--attempt")
+    bundle_sha256 = check_sha256(args.bundle_sha256, "--bundle-sha256")
+    if args.attempt_number is not None and not 1 <= args.attempt_number <= MAX_ATTEMPT_NUMBER:
+        raise Refused("--attempt-number", f"must be from 1 to {MAX_ATTEMPT_NUMBER}")
+    expected = Expected(load_plan(args.plan), attempt_id, bundle_sha256, args.attempt_number)
+    report = evaluate(expected, args.evidence)
+    path = publish_report(args.report_dir, report)
+    if args.json:
+        print(canonical(report.as_dict()).decode("utf-8"))
+    else:
+        print(table(report))
+        print(f"verdict: {report.verdict} (report: {path})")
+    return _EXIT[report.verdict]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    command = subparsers.add_parser(
+        "evaluate",
+        help="fold an attempt's receipts, checked against its sealed journals, into PASS, FAIL or UNVERIFIED",
+        description="Check every receipt in the evidence directories (one per stage or shard: receipts, a copy "
+        "of the sealed journal, the seal marker; docs/receipts.md) against the plan, the attempt, the bundle "
+        "sha256 and the journal, and fold the cases into one verdict: UNVERIFIED over FAIL over PASS; N/A only "
+        "where the plan says applicable: false. Writes report-ATTEMPT.json once into --report-dir (an identical "
+        "existing report is accepted, a different one is refused and kept), then prints a table of case, status, "
+        "reason and time and the verdict. Runs unprivileged. Exit 0 PASS, 1 FAIL, 3 UNVERIFIED, 64 refused input.",
+    )
+    command.add_argument(
+        "--evidence", metavar="DIR", nargs="+", action="extend", required=True,
+        help="an evidence directory; give one per shard, all of the same attempt",
+    )
+    command.add_argument("--plan", metavar="PLAN", required=True, help="the plan the attempt ran")
+    command.add_argument("--attempt", metavar="ID", required=True, help="the attempt id every piece of evidence must carry")
+    command.add_argument("--bundle-sha256", metavar="HEX", required=True, help="the sha256 of the candidate bundle")
+    command.add_argument(
+        "--attempt-number", metavar="N", type=int,
+        help="the attempt number every receipt must carry (default: any, but one for all receipts)",
+    )
+    command.add_argument("--report-dir", metavar="DIR", default=".", help="where report-ATTEMPT.json is created (default: .)")
+    command.add_argument("--json", action="store_true", help="print the report as canonical JSON instead of the table")
+    command.set_defaults(handler=_evaluate)

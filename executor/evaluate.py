@@ -1,0 +1,514 @@
+"""The evaluator: receipts checked against sealed journals, folded into one verdict (DESIGN E1–E4, E6; docs/receipts.md).
+
+It runs unprivileged and reads evidence as untrusted data. Every expected
+value comes from the plan and the command line: the attempt, the plan
+digest, the bundle sha256. Each evidence directory is one stage (one shard):
+its receipts, a byte copy of its sealed journal and its seal marker. A
+case's status is decided in a fixed order, and the first check that fails
+names the case's reason code (:data:`REASONS`); a reason never carries text
+from the evidence.
+
+1. Presence (E2): exactly one receipt of this attempt for the case, across
+   every directory.
+2. The stage: its seal marker, its journal VALID and bound to the marker,
+   of this attempt, sealed (RETIRED last) and CLEANED.
+3. The receipt (E1): strict parse, then bound to the attempt, the case, the
+   plan, the bundle and the stage; its journal head a head of the journal,
+   at or after its op's terminal records; its process identity the
+   PROCESS_INTENT, its raw wait status the PROCESS_TERMINAL and its
+   descendant count the DESCENDANTS_TERMINAL of its op, recorded with the
+   op's role and reaper.
+4. Across receipts: one candidate, dependency and runtime inventory, one
+   attempt number, and no op id used twice in a stage.
+5. The outcome: a limit class is UNVERIFIED (S10); an exit is PASS when it
+   equals ``expect_exit`` and FAIL otherwise; a pytest case's junit counts
+   then only ever downgrade (E5).
+
+The fold puts UNVERIFIED over FAIL over PASS (E3); N/A is only a plan's
+``applicable: false``. The report is created once (E4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import stat
+from collections import Counter
+from typing import Sequence
+
+from executor.junit import MISSING, REFUSED
+from executor.plan import Case, Plan
+from executor.receipts import NOT_STARTED, OP_REAPER, OP_ROLE, RECEIPT_MAX_BYTES, Receipt, name_parts, receipt_from_bytes
+from journal.createonly import open_directory, publish_once
+from journal.errors import Refused
+from journal.files import JOURNAL_NAME
+from journal.format import CAP, Kind
+from journal.reader import Reading, Verdict, read_journal
+from journal.seal import NAME as SEAL_NAME
+from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
+from journal.strictjson import canonical
+
+REPORT_SCHEMA = "casebox.report.v1"
+# An evidence directory holds a journal, a seal marker and at most one receipt per case.
+MAX_EVIDENCE_ENTRIES = 256
+
+PASS = "PASS"
+FAIL = "FAIL"
+UNVERIFIED = "UNVERIFIED"
+NOT_APPLICABLE = "N/A"
+
+# Every reason code, with the sentence docs/receipts.md gives it.
+REASONS = {
+    "passed": "the exit matched expect_exit, authenticated by the journal, with positive evidence",
+    "exit_mismatch": "the op exited, authenticated by the journal, with a code other than expect_exit",
+    "not_applicable": "the plan declares the case not applicable",
+    "missing": "no receipt of this attempt names the case",
+    "duplicated": "more than one receipt of this attempt names the case",
+    "stale": "the evidence is from another attempt",
+    "unexpected_receipt": "a receipt names a case the plan declares not applicable",
+    "malformed": "the receipt is unreadable or refused by the strict parser",
+    "binding_mismatch": "the receipt is bound to another case, plan, bundle, stage, op kind or inventory",
+    "seal_missing": "the stage has no seal marker",
+    "seal_malformed": "the stage's seal marker is unreadable or refused by the strict parser",
+    "journal_missing": "the stage's journal is absent or not a regular file",
+    "journal_torn": "the stage's journal is TORN",
+    "journal_corrupt": "the stage's journal is CORRUPT",
+    "journal_substituted": "the stage's journal is SUBSTITUTED: another stage, journal or head than the marker's",
+    "journal_over_cap": "the stage's journal is OVER_CAP",
+    "journal_unsealed": "the stage's journal does not end with RETIRED",
+    "cleanup_unverified": "the stage's last cleanup evidence is not CLEANED",
+    "head_mismatch": "the receipt's journal head is not a head the journal had after the op ended",
+    "identity_mismatch": "the receipt's process identity is not its op's PROCESS_INTENT, or two receipts share an op",
+    "wait_status_mismatch": "the receipt's wait status is not its op's PROCESS_TERMINAL",
+    "descendants_mismatch": "the receipt's descendant count is not its op's DESCENDANTS_TERMINAL",
+    "not_started": "the op never reached exec",
+    "timeout": "the op reached its timeout",
+    "memory": "the op hit the memory limit",
+    "pids": "the op hit the process limit",
+    "output": "the op wrote past its output cap",
+    "disk": "the op hit the disk limit",
+    "signalled": "the op was killed by a signal",
+    "junit_missing": "the pytest case left no junit report",
+    "junit_refused": "the pytest case's junit report was refused",
+    "vacuous": "the pytest case executed no test, skipped every test, or failed to collect",
+    "junit_contradicts": "the junit counts contradict the exit code",
+    "pytest_incomplete": "pytest ended with a code other than 0 or 1: the run did not complete",
+}
+# Problems of the evaluation as a whole; any of them makes the verdict UNVERIFIED.
+PROBLEMS = {
+    "unexpected_receipt": "a receipt of this attempt names a case that is not in the plan",
+    "unexpected_file": "an evidence directory holds a file that is not a journal, a seal marker or a receipt",
+    "evidence_overflow": f"an evidence directory holds more than {MAX_EVIDENCE_ENTRIES} entries",
+    "nothing_applicable": "no case of the plan is applicable, so nothing was verified",
+}
+_LIMIT_REASONS = {"TIMEOUT": "timeout", "MEMORY": "memory", "PIDS": "pids", "OUTPUT": "output", "DISK": "disk", "SIGNALLED": "signalled"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """What the evidence must be bound to, from the plan and the command line alone."""
+
+    plan: Plan
+    attempt_id: str
+    bundle_sha256: str
+    attempt_number: int | None = None
+
+
+class _Unreadable(Exception):
+    """An evidence file that is a symlink, not a regular file, or cannot be read."""
+
+
+def _read_at(dir_fd: int, name: str, cap: int) -> bytes | None:
+    """At most ``cap + 1`` bytes of the regular file ``name`` under ``dir_fd``; None if it is absent."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise _Unreadable(os.strerror(error.errno)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _Unreadable("not a regular file")
+        chunks, size = [], 0
+        while size <= cap:
+            chunk = os.read(fd, cap + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as error:
+        raise _Unreadable(os.strerror(error.errno)) from None
+    finally:
+        os.close(fd)
+
+
+@dataclasses.dataclass
+class _Stage:
+    """One evidence directory: its marker, its journal's reading and the ops the journal recorded."""
+
+    marker: SealMarker | None = None
+    reading: Reading | None = None
+    problem: str | None = None
+    records: dict[tuple[Kind, str], tuple[int, dict]] = dataclasses.field(default_factory=dict)
+    heads: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def summary(self) -> dict:
+        marker = self.marker
+        return {
+            "stage_id": marker.stage_id if marker else None,
+            "journal_id": marker.journal_id if marker else None,
+            "head": marker.head if marker else None,
+            "journal": str(self.reading.verdict) if self.reading else None,
+            "problem": self.problem,
+        }
+
+
+def _read_marker(dir_fd: int) -> tuple[SealMarker | None, str | None]:
+    try:
+        data = _read_at(dir_fd, SEAL_NAME, SEAL_MAX_BYTES)
+    except _Unreadable:
+        return None, "seal_malformed"
+    if data is None:
+        return None, "seal_missing"
+    try:
+        return seal_from_bytes(data), None
+    except Refused:
+        return None, "seal_malformed"
+
+
+def _judge_stage(dir_fd: int, expected: Expected) -> _Stage:
+    stage = _Stage()
+    stage.marker, stage.problem = _read_marker(dir_fd)
+    marker = stage.marker
+    if marker is None:
+        return stage
+    if marker.attempt_id != expected.attempt_id:
+        stage.problem = "stale"
+        return stage
+    try:
+        data = _read_at(dir_fd, JOURNAL_NAME, CAP)
+    except _Unreadable:
+        data = None
+    reading = read_journal(data, expect_stage_id=marker.stage_id, expect_journal_id=marker.journal_id, expect_head=marker.head)
+    stage.reading = reading
+    if reading.verdict is not Verdict.VALID:
+        stage.problem = f"journal_{reading.verdict.lower()}"
+    elif reading.genesis["attempt_id"] != expected.attempt_id:
+        stage.problem = "stale"
+    elif reading.records[-1].kind is not Kind.RETIRED:
+        stage.problem = "journal_unsealed"
+    else:
+        cleanups = [record.fields["outcome"] for record in reading.records if record.kind is Kind.CLEANUP_EVIDENCE]
+        if not cleanups or cleanups[-1] != "CLEANED":
+            stage.problem = "cleanup_unverified"
+    for index, record in enumerate(reading.records):
+        stage.heads[record.digest] = index
+        if record.kind in (Kind.PROCESS_INTENT, Kind.PROCESS_TERMINAL, Kind.DESCENDANTS_TERMINAL):
+            stage.records[(record.kind, record.fields["op_id"])] = (index, record.fields)
+    return stage
+
+
+@dataclasses.dataclass
+class _Found:
+    """One receipt file: where it was and what it held."""
+
+    stage: _Stage
+    case_id: str
+    data: bytes | None
+
+
+@dataclasses.dataclass
+class _Evidence:
+    stages: list[_Stage] = dataclasses.field(default_factory=list)
+    fresh: dict[str, list[_Found]] = dataclasses.field(default_factory=dict)
+    stale: set[str] = dataclasses.field(default_factory=set)
+    problems: set[str] = dataclasses.field(default_factory=set)
+
+
+def _collect(dir_fd: int, expected: Expected, evidence: _Evidence) -> None:
+    stage = _judge_stage(dir_fd, expected)
+    evidence.stages.append(stage)
+    names = []
+    with os.scandir(dir_fd) as listing:
+        for entry in listing:
+            names.append(entry.name)
+            if len(names) > MAX_EVIDENCE_ENTRIES:
+                evidence.problems.add("evidence_overflow")
+                return
+    cases = {case.id for case in expected.plan.cases}
+    for name in sorted(names):
+        if name in (JOURNAL_NAME, SEAL_NAME):
+            continue
+        parts = name_parts(name)
+        if parts is None:
+            evidence.problems.add("unexpected_file")
+            continue
+        attempt_id, case_id = parts
+        if attempt_id != expected.attempt_id:
+            evidence.stale.add(case_id)
+            continue
+        if case_id not in cases:
+            evidence.problems.add("unexpected_receipt")
+            continue
+        try:
+            data = _read_at(dir_fd, name, RECEIPT_MAX_BYTES)
+        except _Unreadable:
+            data = None
+        evidence.fresh.setdefault(case_id, []).append(_Found(stage, case_id, data))
+
+
+def _journal_reason(receipt: Receipt, stage: _Stage) -> str | None:
+    """E1: the receipt's head, process identity, wait status and descendant count against the journal."""
+    head = stage.heads.get(receipt.journal_head)
+    if head is None:
+        return "head_mismatch"
+    process = receipt.process
+    if process is None:
+        return None
+    intent = stage.records.get((Kind.PROCESS_INTENT, process.op_id))
+    if intent is None or intent[1]["role"] != OP_ROLE or (
+        intent[1]["pid"], intent[1]["starttime"], intent[1]["pgid"]
+    ) != (process.pid, process.starttime, process.pgid):
+        return "identity_mismatch"
+    terminal = stage.records.get((Kind.PROCESS_TERMINAL, process.op_id))
+    if terminal is None or terminal[1]["reaper"] != OP_REAPER or terminal[1]["wait_status"] != receipt.outcome.wait_status:
+        return "wait_status_mismatch"
+    descendants = stage.records.get((Kind.DESCENDANTS_TERMINAL, process.op_id))
+    if descendants is None or descendants[1]["count"] != receipt.outcome.descendants_reaped:
+        return "descendants_mismatch"
+    if head < max(terminal[0], descendants[0]):
+        return "head_mismatch"
+    return None
+
+
+def _receipt_reason(found: _Found, case: Case, expected: Expected) -> tuple[Receipt | None, str | None]:
+    if found.stage.problem is not None:
+        return None, found.stage.problem
+    if found.data is None:
+        return None, "malformed"
+    try:
+        receipt = receipt_from_bytes(found.data)
+    except Refused:
+        return None, "malformed"
+    binding = receipt.binding
+    if binding.attempt_id != expected.attempt_id or expected.attempt_number not in (None, binding.attempt_number):
+        return None, "stale"
+    if (
+        receipt.case_id != found.case_id
+        or binding.plan_digest != expected.plan.digest
+        or binding.bundle_sha256 != expected.bundle_sha256
+        or binding.stage_id != found.stage.marker.stage_id
+        or (receipt.pytest is None) != (case.op != "pytest")
+    ):
+        return None, "binding_mismatch"
+    reason = _journal_reason(receipt, found.stage)
+    return (None, reason) if reason else (receipt, None)
+
+
+def _cross_check(accepted: dict[str, tuple[Receipt, _Stage]], reasons: dict[str, str]) -> None:
+    """Step 4: every accepted receipt agrees on the inventories and the attempt number; no op is claimed twice."""
+    inventories = {
+        case_id: (r.binding.candidate_digest, r.binding.dependency_inventory_digest, r.binding.runtime_inventory_digest)
+        for case_id, (r, _) in accepted.items()
+    }
+    numbers = {case_id: r.binding.attempt_number for case_id, (r, _) in accepted.items()}
+    ops = Counter((r.binding.stage_id, r.process.op_id) for r, _ in accepted.values() if r.process is not None)
+    for case_id, (receipt, _) in list(accepted.items()):
+        if len(set(inventories.values())) > 1:
+            reasons[case_id] = "binding_mismatch"
+        elif len(set(numbers.values())) > 1:
+            reasons[case_id] = "stale"
+        elif receipt.process is not None and ops[(receipt.binding.stage_id, receipt.process.op_id)] > 1:
+            reasons[case_id] = "identity_mismatch"
+        else:
+            continue
+        del accepted[case_id]
+
+
+def outcome_status(case: Case, receipt: Receipt) -> tuple[str, str]:
+    """Step 5: the status and reason of an authenticated receipt; junit counts only ever downgrade (E5)."""
+    limit = receipt.outcome.limit
+    if limit == NOT_STARTED:
+        return UNVERIFIED, "not_started"
+    if limit in _LIMIT_REASONS:
+        return UNVERIFIED, _LIMIT_REASONS[limit]
+    exit_code = receipt.exit_code
+    status, reason = (PASS, "passed") if exit_code == case.expect_exit else (FAIL, "exit_mismatch")
+    if case.op != "pytest":
+        return status, reason
+    evidence = receipt.pytest
+    if evidence.report == MISSING:
+        return UNVERIFIED, "junit_missing"
+    if evidence.report == REFUSED:
+        return UNVERIFIED, "junit_refused"
+    counts = evidence.counts
+    if counts.vacuous:
+        return UNVERIFIED, "vacuous"
+    failed = counts.failures + counts.errors
+    if (exit_code == 0 and failed) or (exit_code == 1 and not failed):
+        return UNVERIFIED, "junit_contradicts"
+    if status == FAIL and exit_code not in (0, 1):
+        return UNVERIFIED, "pytest_incomplete"
+    return status, reason
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseResult:
+    case_id: str
+    status: str
+    reason: str
+    stage_id: str | None = None
+    limit: str | None = None
+    exit_code: int | None = None
+    wall_ms: int | None = None
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.case_id,
+            "status": self.status,
+            "reason": self.reason,
+            "stage_id": self.stage_id,
+            "limit": self.limit,
+            "exit_code": self.exit_code,
+            "wall_ms": self.wall_ms,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    expected: Expected
+    cases: tuple[CaseResult, ...]
+    stages: tuple[dict, ...]
+    problems: tuple[str, ...]
+    inventories: tuple[str | None, str | None, str | None]
+    attempt_number: int | None
+
+    @property
+    def verdict(self) -> str:
+        statuses = {result.status for result in self.cases}
+        if self.problems or UNVERIFIED in statuses:
+            return UNVERIFIED
+        return FAIL if FAIL in statuses else PASS
+
+    @property
+    def name(self) -> str:
+        return report_name(self.expected.attempt_id)
+
+    def as_dict(self) -> dict:
+        candidate, dependency, runtime = self.inventories
+        return {
+            "schema": REPORT_SCHEMA,
+            "attempt_id": self.expected.attempt_id,
+            "attempt_number": self.attempt_number,
+            "plan_digest": self.expected.plan.digest,
+            "bundle_sha256": self.expected.bundle_sha256,
+            "candidate_digest": candidate,
+            "dependency_inventory_digest": dependency,
+            "runtime_inventory_digest": runtime,
+            "stages": list(self.stages),
+            "cases": [result.as_dict() for result in self.cases],
+            "problems": list(self.problems),
+            "verdict": self.verdict,
+        }
+
+    def canonical_bytes(self) -> bytes:
+        return canonical(self.as_dict())
+
+
+def report_name(attempt_id: str) -> str:
+    return f"report-{attempt_id}.json"
+
+
+def _open_evidence(paths: Sequence[str]) -> list[int]:
+    fds: list[int] = []
+    seen: dict[tuple[int, int], str] = {}
+    try:
+        for path in paths:
+            fd = open_directory(path)
+            fds.append(fd)
+            status = os.fstat(fd)
+            identity = (status.st_dev, status.st_ino)
+            if identity in seen:
+                raise Refused(path, f"is the same directory as {seen[identity]}; give each evidence directory once")
+            seen[identity] = path
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
+def evaluate(expected: Expected, evidence_paths: Sequence[str]) -> Report:
+    """Fold the evidence in ``evidence_paths`` (one directory per stage) into a report for ``expected``."""
+    evidence = _Evidence()
+    fds = _open_evidence(evidence_paths)
+    try:
+        for fd in fds:
+            try:
+                _collect(fd, expected, evidence)
+            except OSError as error:
+                raise Refused("--evidence", f"an evidence directory cannot be read ({os.strerror(error.errno or errno.EIO)})") from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+    reasons: dict[str, str] = {}
+    accepted: dict[str, tuple[Receipt, _Stage]] = {}
+    for case in expected.plan.cases:
+        found = evidence.fresh.get(case.id, [])
+        if not case.applicable:
+            reasons[case.id] = "unexpected_receipt" if found else "not_applicable"
+        elif len(found) > 1:
+            reasons[case.id] = "duplicated"
+        elif not found:
+            reasons[case.id] = "stale" if case.id in evidence.stale else "missing"
+        else:
+            receipt, reason = _receipt_reason(found[0], case, expected)
+            if receipt is None:
+                reasons[case.id] = reason
+            else:
+                accepted[case.id] = (receipt, found[0].stage)
+    _cross_check(accepted, reasons)
+    results = []
+    for case in expected.plan.cases:
+        if case.id in accepted:
+            receipt, _ = accepted[case.id]
+            status, reason = outcome_status(case, receipt)
+            observed = receipt.outcome.observed
+            results.append(
+                CaseResult(
+                    case.id, status, reason, receipt.binding.stage_id, receipt.outcome.limit, receipt.exit_code,
+                    observed.wall_ms if observed else None,
+                )
+            )
+        else:
+            reason = reasons[case.id]
+            results.append(CaseResult(case.id, NOT_APPLICABLE if reason == "not_applicable" else UNVERIFIED, reason))
+    problems = set(evidence.problems)
+    if all(result.status == NOT_APPLICABLE for result in results):
+        problems.add("nothing_applicable")
+    receipts = [receipt for receipt, _ in accepted.values()]
+    inventories = {
+        (r.binding.candidate_digest, r.binding.dependency_inventory_digest, r.binding.runtime_inventory_digest) for r in receipts
+    }
+    numbers = {r.binding.attempt_number for r in receipts}
+    return Report(
+        expected=expected,
+        cases=tuple(results),
+        stages=tuple(sorted((stage.summary() for stage in evidence.stages), key=canonical)),
+        problems=tuple(sorted(problems)),
+        inventories=inventories.pop() if len(inventories) == 1 else (None, None, None),
+        attempt_number=numbers.pop() if len(numbers) == 1 else expected.attempt_number,
+    )
+
+
+def publish_report(report_dir: str, report: Report) -> str:
+    """Create ``report-<attempt>.json`` in ``report_dir`` once (E4); its path."""
+    dir_fd = open_directory(report_dir)
+    path = os.path.join(report_dir, report.name)
+    try:
+        publish_once(dir_fd, report.name, report.canonical_bytes(), shown=path)
+    finally:
+        os.close(dir_fd)
+    return path

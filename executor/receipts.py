@@ -1,0 +1,376 @@
+"""Case receipts: closed canonical JSON, one per case, written on the trusted side (DESIGN E1, E4; docs/receipts.md).
+
+A receipt records what the launcher observed of one case's op, bound to the
+attempt, the plan, the candidate, the bundle, the dependency and runtime
+inventories, the stage and the journal head at the moment it was written.
+:func:`build_receipt` makes one from the observation; :func:`receipt_from_bytes`
+reads one back strictly, refusing any field it does not know, any missing
+field, any wrong type and any encoding but the canonical one; and
+:func:`publish_receipt` writes it create-once under its name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+
+from executor.junit import READ, REPORT_STATES, JunitCounts, PytestEvidence
+from executor.plan import CASE_ID
+from journal.closed import ClosedObject
+from journal.createonly import publish_once
+from journal.format import HEX64, ID, MAX_COUNT, MAX_PID, is_terminated_status
+from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
+
+SCHEMA = "casebox.receipt.v1"
+SUFFIX = ".receipt.json"
+RECEIPT_MAX_BYTES = 16_384
+MAX_ATTEMPT_NUMBER = 1_000_000
+MAX_STEP_BYTES = 64
+MAX_TEST_COUNT = 1_000_000
+NOT_STARTED = "NOT_STARTED"
+# The limit classes of docs/launcher.md (S10), then the class of an op that never reached exec.
+LIMIT_CLASSES = ("OK", "EXIT_NONZERO", "SIGNALLED", "TIMEOUT", "MEMORY", "PIDS", "OUTPUT", "DISK", NOT_STARTED)
+# How the journal records a case op (journal/format.py's closed sets): the role
+# of its PROCESS_INTENT and the reaper of its PROCESS_TERMINAL. The op is a
+# descendant of the sandbox's pid 1, the launcher, which reaps it. The case
+# service records ops this way and the evaluator checks exactly this pair.
+OP_ROLE = "descendant"
+OP_REAPER = "launcher"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
+_ID_RULE = "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric"
+
+
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    """What every receipt of one stage shares: the attempt, its inputs and the stage."""
+
+    attempt_id: str
+    attempt_number: int
+    plan_digest: str
+    candidate_digest: str
+    bundle_sha256: str
+    dependency_inventory_digest: str
+    runtime_inventory_digest: str
+    stage_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessIdentity:
+    """The op's process as its PROCESS_INTENT recorded it (C1)."""
+
+    op_id: str
+    pid: int
+    starttime: int
+    pgid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Stream:
+    """A captured output stream: the SHA-256 and length of the bytes kept, and whether the cap cut it."""
+
+    sha256: str
+    bytes: int
+    truncated: bool
+
+    @classmethod
+    def of(cls, data: bytes, truncated: bool) -> "Stream":
+        return cls(hashlib.sha256(data).hexdigest(), len(data), truncated)
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """What pid 1 and the cgroup measured of an op that ran."""
+
+    wall_ms: int
+    cpu_ms: int
+    max_rss_kib: int
+    stdout: Stream
+    stderr: Stream
+
+
+@dataclasses.dataclass(frozen=True)
+class NotStarted:
+    """An op that never reached exec: the step that failed and its errno (0 when there was none)."""
+
+    step: str
+    errno: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How an op ended, in the receipt's terms."""
+
+    limit: str
+    wait_status: int | None
+    descendants_reaped: int | None
+    observed: Observed | None
+    not_started: NotStarted | None
+
+
+def outcome_from_launcher(observation: object) -> Outcome:
+    """The one mapping from the starter's observation (``steward.starter.OpResult`` or ``OpNotStarted``).
+
+    An ``OpNotStarted`` (it has ``step``) is an op child that failed before
+    exec: it was forked, so it has a wait status, but no exit code of its own.
+    """
+    if hasattr(observation, "step"):
+        return Outcome(
+            NOT_STARTED,
+            observation.wait_status,
+            observation.descendants_reaped,
+            None,
+            NotStarted(observation.step, observation.errno),
+        )
+    observed = Observed(
+        wall_ms=observation.wall_ms,
+        cpu_ms=observation.cpu_ms,
+        max_rss_kib=observation.max_rss_kib,
+        stdout=Stream.of(observation.stdout, observation.stdout_truncated),
+        stderr=Stream.of(observation.stderr, observation.stderr_truncated),
+    )
+    return Outcome(observation.limit, observation.wait_status, observation.descendants_reaped, observed, None)
+
+
+def never_started(step: str) -> Outcome:
+    """The outcome of a case whose op never had a process (its sandbox or its install failed at ``step``)."""
+    return Outcome(NOT_STARTED, None, None, None, NotStarted(step, 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Receipt:
+    binding: Binding
+    case_id: str
+    process: ProcessIdentity | None
+    outcome: Outcome
+    pytest: PytestEvidence | None
+    journal_head: str
+
+    @property
+    def name(self) -> str:
+        return receipt_name(self.binding.attempt_id, self.case_id)
+
+    @property
+    def exit_code(self) -> int | None:
+        status = self.outcome.wait_status
+        if status is None or self.outcome.limit == NOT_STARTED or status & 0x7F:
+            return None
+        return status >> 8
+
+    def as_dict(self) -> dict:
+        outcome = self.outcome
+        value = {"schema": SCHEMA, **dataclasses.asdict(self.binding)}
+        value.update(
+            case_id=self.case_id,
+            process=None if self.process is None else dataclasses.asdict(self.process),
+            wait_status=outcome.wait_status,
+            descendants_reaped=outcome.descendants_reaped,
+            limit=outcome.limit,
+            not_started=None if outcome.not_started is None else dataclasses.asdict(outcome.not_started),
+            observed=None if outcome.observed is None else dataclasses.asdict(outcome.observed),
+            pytest=None if self.pytest is None else self.pytest.as_dict(),
+            journal_head=self.journal_head,
+        )
+        return value
+
+    def canonical_bytes(self) -> bytes:
+        return canonical(self.as_dict())
+
+
+def receipt_name(attempt_id: str, case_id: str) -> str:
+    """``ATTEMPT.CASE.receipt.json``; a case id holds no dot, so the last dot splits the two."""
+    return f"{attempt_id}.{case_id}{SUFFIX}"
+
+
+def name_parts(name: str) -> tuple[str, str] | None:
+    """(attempt id, case id) of a receipt file name, or None for any other name."""
+    if not name.endswith(SUFFIX):
+        return None
+    attempt_id, dot, case_id = name[: -len(SUFFIX)].rpartition(".")
+    if not dot or not ID.match(attempt_id) or not CASE_ID.match(case_id):
+        return None
+    return attempt_id, case_id
+
+
+def build_receipt(
+    binding: Binding,
+    case_id: str,
+    process: ProcessIdentity | None,
+    outcome: Outcome,
+    pytest: PytestEvidence | None,
+    journal_head: str,
+) -> Receipt:
+    """A receipt from what the launcher observed; refused unless :func:`receipt_from_bytes` would accept it."""
+    receipt = Receipt(binding, case_id, process, outcome, pytest, journal_head)
+    receipt_from_bytes(receipt.canonical_bytes())
+    return receipt
+
+
+def publish_receipt(dir_fd: int, receipt: Receipt) -> bool:
+    """Create the receipt's file under ``dir_fd`` once (E4); True if this call created it."""
+    return publish_once(dir_fd, receipt.name, receipt.canonical_bytes())
+
+
+# Reading
+
+def _id(fields: ClosedObject, key: str) -> str:
+    return fields.pop_str(key, max_bytes=64, pattern=ID, rule=_ID_RULE)
+
+
+def _digest(fields: ClosedObject, key: str) -> str:
+    return fields.pop_str(key, max_bytes=71, pattern=DIGEST, rule="must be sha256: and 64 lowercase hex digits")
+
+
+def _hex(fields: ClosedObject, key: str) -> str:
+    return fields.pop_str(key, max_bytes=64, pattern=HEX64, rule="must be 64 lowercase hex digits")
+
+
+def _nullable_object(fields: ClosedObject, key: str) -> ClosedObject | None:
+    value = fields.pop_nullable(key)
+    return None if value is None else ClosedObject(value, child_path(fields.path, key))
+
+
+def _nullable_int(fields: ClosedObject, key: str, high: int) -> int | None:
+    value = fields.pop_nullable(key)
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= high:
+        raise StrictJSONError(child_path(fields.path, key), f"must be null or an integer from 0 to {high}")
+    return value
+
+
+def _binding(fields: ClosedObject) -> Binding:
+    return Binding(
+        attempt_id=_id(fields, "attempt_id"),
+        attempt_number=fields.pop_int("attempt_number", low=1, high=MAX_ATTEMPT_NUMBER),
+        plan_digest=_digest(fields, "plan_digest"),
+        candidate_digest=_digest(fields, "candidate_digest"),
+        bundle_sha256=fields.pop_sha256("bundle_sha256"),
+        dependency_inventory_digest=_digest(fields, "dependency_inventory_digest"),
+        runtime_inventory_digest=_digest(fields, "runtime_inventory_digest"),
+        stage_id=_id(fields, "stage_id"),
+    )
+
+
+def _process(fields: ClosedObject | None) -> ProcessIdentity | None:
+    if fields is None:
+        return None
+    process = ProcessIdentity(
+        op_id=_id(fields, "op_id"),
+        pid=fields.pop_int("pid", low=1, high=MAX_PID),
+        starttime=fields.pop_int("starttime", low=0, high=MAX_SAFE_INTEGER),
+        pgid=fields.pop_int("pgid", low=1, high=MAX_PID),
+    )
+    fields.done()
+    return process
+
+
+def _stream(fields: ClosedObject) -> Stream:
+    stream = Stream(
+        sha256=fields.pop_sha256("sha256"),
+        bytes=fields.pop_int("bytes", low=0, high=MAX_SAFE_INTEGER),
+        truncated=fields.pop_bool("truncated"),
+    )
+    fields.done()
+    return stream
+
+
+def _observed(fields: ClosedObject | None) -> Observed | None:
+    if fields is None:
+        return None
+    observed = Observed(
+        wall_ms=fields.pop_int("wall_ms", low=0, high=MAX_SAFE_INTEGER),
+        cpu_ms=fields.pop_int("cpu_ms", low=0, high=MAX_SAFE_INTEGER),
+        max_rss_kib=fields.pop_int("max_rss_kib", low=0, high=MAX_SAFE_INTEGER),
+        stdout=_stream(fields.pop_object("stdout")),
+        stderr=_stream(fields.pop_object("stderr")),
+    )
+    fields.done()
+    return observed
+
+
+def _not_started(fields: ClosedObject | None) -> NotStarted | None:
+    if fields is None:
+        return None
+    result = NotStarted(
+        step=fields.pop_str("step", max_bytes=MAX_STEP_BYTES, pattern=ID, rule=_ID_RULE),
+        errno=fields.pop_int("errno", low=0, high=4_095),
+    )
+    fields.done()
+    return result
+
+
+def _pytest(fields: ClosedObject | None) -> PytestEvidence | None:
+    if fields is None:
+        return None
+    report = fields.pop_str("report", max_bytes=16)
+    if report not in REPORT_STATES:
+        raise StrictJSONError(child_path(fields.path, "report"), f"must be one of {', '.join(REPORT_STATES)}")
+    counts_fields = _nullable_object(fields, "counts")
+    fields.done()
+    if (report == READ) != (counts_fields is not None):
+        raise StrictJSONError(child_path(fields.path, "counts"), "is given exactly when the report was read")
+    if counts_fields is None:
+        return PytestEvidence(report, None)
+    counts = JunitCounts(
+        *(counts_fields.pop_int(key, low=0, high=MAX_TEST_COUNT) for key in ("tests", "skipped", "failures", "errors", "collection_errors"))
+    )
+    counts_fields.done()
+    for key in ("skipped", "failures", "errors", "collection_errors"):
+        if getattr(counts, key) > counts.tests:
+            raise StrictJSONError(child_path(counts_fields.path, key), "cannot exceed tests")
+    if counts.collection_errors > counts.errors:
+        raise StrictJSONError(child_path(counts_fields.path, "collection_errors"), "cannot exceed errors")
+    return PytestEvidence(report, counts)
+
+
+def _check_outcome(outcome: Outcome, process: ProcessIdentity | None) -> None:
+    status = outcome.wait_status
+    if (process is None) != (status is None) or (status is None) != (outcome.descendants_reaped is None):
+        raise StrictJSONError("$.process", "process, wait_status and descendants_reaped are all null or all given")
+    if (outcome.limit == NOT_STARTED) != (outcome.not_started is not None):
+        raise StrictJSONError("$.not_started", f"is given exactly when limit is {NOT_STARTED}")
+    if (outcome.limit == NOT_STARTED) == (outcome.observed is not None):
+        raise StrictJSONError("$.observed", f"is given exactly when limit is not {NOT_STARTED}")
+    if status is None:
+        return
+    if not is_terminated_status(status):
+        raise StrictJSONError("$.wait_status", f"{status:#06x} is not the raw status of a terminated process")
+    exited = status & 0x7F == 0
+    consistent = {
+        "OK": status == 0,
+        "EXIT_NONZERO": exited and status != 0,
+        "SIGNALLED": not exited,
+    }.get(outcome.limit, True)
+    if not consistent:
+        raise StrictJSONError("$.limit", f"{outcome.limit} does not match wait status {status:#06x}")
+
+
+def receipt_from_value(value: object) -> Receipt:
+    fields = ClosedObject(value)
+    fields.pop_const("schema", SCHEMA)
+    binding = _binding(fields)
+    case_id = fields.pop_str("case_id", max_bytes=64, pattern=CASE_ID, rule=f"must match ^{CASE_ID.pattern[:-2]}$")
+    process = _process(_nullable_object(fields, "process"))
+    wait_status = _nullable_int(fields, "wait_status", 0xFFFF)
+    descendants = _nullable_int(fields, "descendants_reaped", MAX_COUNT)
+    limit = fields.pop_str("limit", max_bytes=16)
+    if limit not in LIMIT_CLASSES:
+        raise StrictJSONError("$.limit", f"must be one of {', '.join(LIMIT_CLASSES)}")
+    not_started = _not_started(_nullable_object(fields, "not_started"))
+    observed = _observed(_nullable_object(fields, "observed"))
+    pytest = _pytest(_nullable_object(fields, "pytest"))
+    journal_head = _hex(fields, "journal_head")
+    fields.done()
+    outcome = Outcome(limit, wait_status, descendants, observed, not_started)
+    _check_outcome(outcome, process)
+    return Receipt(binding, case_id, process, outcome, pytest, journal_head)
+
+
+def receipt_from_bytes(data: bytes) -> Receipt:
+    """The receipt in ``data``: closed, valid, consistent, and in its one canonical encoding."""
+    receipt = receipt_from_value(loads(data, max_bytes=RECEIPT_MAX_BYTES))
+    if receipt.canonical_bytes() != data:
+        raise StrictJSONError("$", "the receipt is not in canonical JSON form (RFC 8785, no trailing newline)")
+    return receipt
+

@@ -1,0 +1,195 @@
+"""Synthetic evidence for the evaluator tests: real journals (JournalWriter), real receipts, real seal markers.
+
+A :class:`Stage` is one evidence directory as the steward and the case
+service will leave it (docs/receipts.md, "Evidence directory"). Each
+:meth:`Stage.run` journals one op the way the starter does (intent,
+release, terminal by the launcher, descendants) and publishes its receipt;
+:meth:`Stage.seal` writes cleanup evidence, retires the journal and leaves
+the seal marker. Tests then tamper with the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import pathlib
+
+from executor.junit import READ, JunitCounts, PytestEvidence
+from executor.plan import Plan
+from executor.receipts import (
+    OP_REAPER,
+    OP_ROLE,
+    Binding,
+    NotStarted,
+    Observed,
+    Outcome,
+    ProcessIdentity,
+    Stream,
+    build_receipt,
+    publish_receipt,
+    receipt_name,
+)
+from executor.shard import cases_for_shard
+from journal.createonly import publish_once
+from journal.seal import NAME as SEAL_NAME
+from journal.seal import SealMarker
+from journal.strictjson import canonical
+from journal.writer import JournalWriter
+
+ATTEMPT = "run-42-1"
+BUNDLE = "b" * 64
+CANDIDATE = "sha256:" + "c" * 64
+DEPENDENCIES = "sha256:" + "d" * 64
+RUNTIME = "sha256:" + "e" * 64
+T0 = 1_767_225_600_000_000
+_pids = itertools.count(4100)
+
+
+def junit(tests: int = 1, skipped: int = 0, failures: int = 0, errors: int = 0, collection_errors: int = 0) -> PytestEvidence:
+    return PytestEvidence(READ, JunitCounts(tests, skipped, failures, errors, collection_errors))
+
+
+def exited(code: int) -> int:
+    return code << 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """How one case's op ends: its class, raw wait status and evidence."""
+
+    limit: str = "OK"
+    wait_status: int = 0
+    pytest: PytestEvidence | None = None
+    descendants: int = 0
+    wall_ms: int = 120
+
+    def outcome(self) -> Outcome:
+        if self.limit == "NOT_STARTED":
+            return Outcome("NOT_STARTED", self.wait_status, self.descendants, None, NotStarted("exec", 2))
+        observed = Observed(self.wall_ms, self.wall_ms // 2, 20_480, Stream.of(b"out", False), Stream.of(b"", False))
+        return Outcome(self.limit, self.wait_status, self.descendants, observed, None)
+
+
+# The designed outcome of each case of examples/plan.json, as the case service would observe it.
+DESIGNED_RUNS = {
+    "pass": Run(pytest=junit(1)),
+    "assertion-failure": Run("EXIT_NONZERO", exited(1), junit(1, failures=1)),
+    "import-core": Run(),
+    "import-greet": Run(),
+    "import-extra": Run(),
+    "console-script": Run(),
+    "timeout": Run("TIMEOUT", 9, PytestEvidence("missing", None), wall_ms=2000),
+    "output-cap": Run("OUTPUT", 9, PytestEvidence("missing", None)),
+    "network-denied": Run(pytest=junit(1)),
+}
+DESIGNED_STATUS = {
+    "pass": ("PASS", "passed"),
+    "assertion-failure": ("FAIL", "exit_mismatch"),
+    "import-core": ("PASS", "passed"),
+    "import-greet": ("PASS", "passed"),
+    "import-extra": ("PASS", "passed"),
+    "console-script": ("PASS", "passed"),
+    "timeout": ("UNVERIFIED", "timeout"),
+    "not-applicable": ("N/A", "not_applicable"),
+    "output-cap": ("UNVERIFIED", "output"),
+    "network-denied": ("PASS", "passed"),
+}
+
+
+class Stage:
+    """One evidence directory: a stage's journal, receipts and seal marker."""
+
+    def __init__(self, directory: pathlib.Path, plan: Plan, *, attempt: str = ATTEMPT, stage_id: str = "stage-1", **binding) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.plan = plan
+        self.stage_id = stage_id
+        self.journal_id = f"journal-{stage_id}"
+        self.dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        clock = itertools.count(T0, 1_000).__next__
+        self.writer = JournalWriter.create(
+            self.dir_fd, "journal", journal_id=self.journal_id, stage_id=stage_id, attempt_id=attempt, clock=clock
+        )
+        fields = dict(
+            attempt_id=attempt,
+            attempt_number=1,
+            plan_digest=plan.digest,
+            candidate_digest=CANDIDATE,
+            bundle_sha256=BUNDLE,
+            dependency_inventory_digest=DEPENDENCIES,
+            runtime_inventory_digest=RUNTIME,
+            stage_id=stage_id,
+        )
+        fields.update(binding)
+        self.binding = Binding(**fields)
+        self.ops = 0
+
+    def journal_op(self, run: Run, *, journal_wait: int | None = None, journal_descendants: int | None = None) -> ProcessIdentity:
+        self.ops += 1
+        pid = next(_pids)
+        process = ProcessIdentity(f"op-{self.ops}", pid, 90_000 + pid, pid)
+        self.writer.process_intent(process.op_id, OP_ROLE, process.pid, process.starttime, process.pgid)
+        self.writer.process_released(process.op_id)
+        wait = run.wait_status if journal_wait is None else journal_wait
+        self.writer.process_terminal(process.op_id, wait, OP_REAPER)
+        count = run.descendants if journal_descendants is None else journal_descendants
+        self.writer.descendants_terminal(process.op_id, count)
+        return process
+
+    def run(self, case_id: str, run: Run, **journal) -> str:
+        """Journal the case's op as the starter does, then publish its receipt; the receipt's file name."""
+        process = self.journal_op(run, **journal)
+        receipt = build_receipt(self.binding, case_id, process, run.outcome(), run.pytest, self.writer.head)
+        publish_receipt(self.dir_fd, receipt)
+        return receipt.name
+
+    def seal(self, *, cleanup: str = "CLEANED", retire: bool = True) -> SealMarker:
+        head = self.writer.head
+        self.writer.cleanup_evidence(cleanup, head, "1" * 64, "2" * 64, "3" * 64)
+        if retire:
+            self.writer.retirement_intent("retiring")
+            self.writer.retired("sealed")
+        marker = SealMarker(self.binding.attempt_id, self.stage_id, self.journal_id, self.writer.head)
+        self.writer.close()
+        publish_once(self.dir_fd, SEAL_NAME, marker.canonical_bytes())
+        os.close(self.dir_fd)
+        return marker
+
+    # Tampering
+
+    def path(self, name: str) -> pathlib.Path:
+        return self.directory / name
+
+    def receipt_path(self, case_id: str, attempt: str = ATTEMPT) -> pathlib.Path:
+        return self.directory / receipt_name(attempt, case_id)
+
+
+def rewrite_json(path: pathlib.Path, change) -> None:
+    """Re-encode the JSON file at ``path`` canonically after ``change(value)``; the file keeps its name."""
+    value = json.loads(path.read_bytes())
+    change(value)
+    os.chmod(path, 0o644)
+    path.write_bytes(canonical(value))
+
+
+def build_attempt(
+    base: pathlib.Path,
+    plan: Plan,
+    runs: dict[str, Run],
+    *,
+    shards: int = 1,
+    attempt: str = ATTEMPT,
+) -> list[pathlib.Path]:
+    """Evidence directories for every applicable case of ``plan`` split over ``shards``; their paths."""
+    directories = []
+    for index in range(1, shards + 1):
+        directory = base / f"evidence-{attempt}-{index}"
+        stage = Stage(directory, plan, attempt=attempt, stage_id=f"{attempt}-stage-{index}")
+        for case in cases_for_shard(plan, index, shards):
+            if case.applicable:
+                stage.run(case.id, runs[case.id])
+        stage.seal()
+        directories.append(directory)
+    return directories
