@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import stat
 from collections import Counter
 from typing import Sequence
 
@@ -42,7 +41,7 @@ from executor.plan import Case, Plan
 from executor.receipts import NOT_STARTED, OP_REAPER, OP_ROLE, RECEIPT_MAX_BYTES, Receipt, name_parts, receipt_from_bytes
 from journal.createonly import open_directory, publish_once
 from journal.errors import Refused
-from journal.files import JOURNAL_NAME
+from journal.files import JOURNAL_NAME, read_evidence
 from journal.format import CAP, Kind
 from journal.reader import Reading, Verdict, read_journal
 from journal.seal import NAME as SEAL_NAME
@@ -115,35 +114,6 @@ class Expected:
     attempt_number: int | None = None
 
 
-class _Unreadable(Exception):
-    """An evidence file that is a symlink, not a regular file, or cannot be read."""
-
-
-def _read_at(dir_fd: int, name: str, cap: int) -> bytes | None:
-    """At most ``cap + 1`` bytes of the regular file ``name`` under ``dir_fd``; None if it is absent."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise _Unreadable(os.strerror(error.errno)) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _Unreadable("not a regular file")
-        chunks, size = [], 0
-        while size <= cap:
-            chunk = os.read(fd, cap + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    except OSError as error:
-        raise _Unreadable(os.strerror(error.errno)) from None
-    finally:
-        os.close(fd)
-
-
 @dataclasses.dataclass
 class _Stage:
     """One evidence directory: its marker, its journal's reading and the ops the journal recorded."""
@@ -167,8 +137,8 @@ class _Stage:
 
 def _read_marker(dir_fd: int) -> tuple[SealMarker | None, str | None]:
     try:
-        data = _read_at(dir_fd, SEAL_NAME, SEAL_MAX_BYTES)
-    except _Unreadable:
+        data = read_evidence(dir_fd, SEAL_NAME, SEAL_MAX_BYTES)
+    except Refused:
         return None, "seal_malformed"
     if data is None:
         return None, "seal_missing"
@@ -188,8 +158,8 @@ def _judge_stage(dir_fd: int, expected: Expected) -> _Stage:
         stage.problem = "stale"
         return stage
     try:
-        data = _read_at(dir_fd, JOURNAL_NAME, CAP)
-    except _Unreadable:
+        data = read_evidence(dir_fd, JOURNAL_NAME, CAP)
+    except Refused:
         data = None
     reading = read_journal(data, expect_stage_id=marker.stage_id, expect_journal_id=marker.journal_id, expect_head=marker.head)
     stage.reading = reading
@@ -253,8 +223,8 @@ def _collect(dir_fd: int, expected: Expected, evidence: _Evidence) -> None:
             evidence.problems.add("unexpected_receipt")
             continue
         try:
-            data = _read_at(dir_fd, name, RECEIPT_MAX_BYTES)
-        except _Unreadable:
+            data = read_evidence(dir_fd, name, RECEIPT_MAX_BYTES)
+        except Refused:
             data = None
         evidence.fresh.setdefault(case_id, []).append(_Found(stage, case_id, data))
 

@@ -20,12 +20,10 @@ suite's summary attributes.
 from __future__ import annotations
 
 import dataclasses
-import errno
-import os
-import stat
 from xml.parsers import expat
 
 from journal.errors import Refused
+from journal.files import read_evidence
 
 REPORT_NAME = "junit.xml"
 REPORT_MAX_BYTES = 1 << 20
@@ -163,23 +161,7 @@ def evidence_from_directory(dir_fd: int, name: str = REPORT_NAME) -> PytestEvide
     without reading past the cap.
     """
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return PytestEvidence(MISSING, None)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            return PytestEvidence(REFUSED, None)
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return PytestEvidence(REFUSED, None)
-        chunks, size = [], 0
-        while size <= REPORT_MAX_BYTES:
-            chunk = os.read(fd, REPORT_MAX_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    return evidence_from_bytes(b"".join(chunks))
+        data = read_evidence(dir_fd, name, REPORT_MAX_BYTES)
+    except Refused:
+        return PytestEvidence(REFUSED, None)
+    return evidence_from_bytes(data)

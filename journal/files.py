@@ -1,9 +1,11 @@
-"""Where a journal lives on disk and how its bytes are read, for the writer and the reviewer tools.
+"""Where a journal lives on disk and how evidence bytes are read, for the writer, the reviewer tools and the evaluator.
 
 A stage directory, and the tombstone it is renamed into, hold their journal
 as the file ``journal`` directly inside it (docs/journal-format.md,
 "Journals on disk"). Reading never takes more than one byte past the cap, so
-an oversized file is judged OVER_CAP without being read whole.
+an oversized file is judged OVER_CAP without being read whole; every other
+evidence file (a receipt, a seal marker, a junit report) is read the same
+way by :func:`read_evidence`.
 """
 
 from __future__ import annotations
@@ -19,17 +21,47 @@ JOURNAL_NAME = "journal"
 _READ_CHUNK = 1 << 16
 
 
-def read_stored(fd: int) -> bytes:
-    """The first ``CAP + 1`` bytes of the open file ``fd``, from offset 0."""
+def _read_up_to(fd: int, limit: int) -> bytes:
+    """The first ``limit`` bytes of the open file ``fd`` (fewer if it is shorter), from offset 0."""
     chunks = []
     offset = 0
-    while offset <= CAP:
-        chunk = os.pread(fd, min(_READ_CHUNK, CAP + 1 - offset), offset)
+    while offset < limit:
+        chunk = os.pread(fd, min(_READ_CHUNK, limit - offset), offset)
         if not chunk:
             break
         chunks.append(chunk)
         offset += len(chunk)
     return b"".join(chunks)
+
+
+def read_stored(fd: int) -> bytes:
+    """The first ``CAP + 1`` bytes of the open file ``fd``, from offset 0."""
+    return _read_up_to(fd, CAP + 1)
+
+
+def read_evidence(dir_fd: int, name: str, cap: int) -> bytes | None:
+    """At most ``cap + 1`` bytes of the regular file ``name`` in ``dir_fd``; None when there is no such entry.
+
+    The file is opened without following a symlink and without blocking, so
+    a symlink, a FIFO, a directory or a device is refused, and so is a file
+    that cannot be read; the caller judges a result longer than ``cap``.
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise Refused(name, "is a symlink; evidence is a regular file") from None
+        raise Refused(name, f"cannot be opened ({os.strerror(error.errno)})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Refused(name, "must be a regular file")
+        return _read_up_to(fd, cap + 1)
+    except OSError as error:
+        raise Refused(name, f"cannot be read ({os.strerror(error.errno)})") from None
+    finally:
+        os.close(fd)
 
 
 def _read_regular(fd: int, shown: str) -> bytes:

@@ -51,6 +51,21 @@ def sandbox_ids() -> tuple[int, int]:
     return uid, gid
 
 
+@pytest.fixture
+def counted_reads(monkeypatch) -> list[int]:
+    """The length of every ``os.pread`` from here on: for tests that bound how much of a file is read."""
+    lengths: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        data = real_pread(fd, size, offset)
+        lengths.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", pread)
+    return lengths
+
+
 CASEBOX = REPO / ".venv" / "bin" / "casebox"
 
 

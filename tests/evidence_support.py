@@ -126,14 +126,23 @@ class Stage:
         self.binding = Binding(**fields)
         self.ops = 0
 
-    def journal_op(self, run: Run, *, journal_wait: int | None = None, journal_descendants: int | None = None) -> ProcessIdentity:
+    def journal_op(
+        self,
+        run: Run,
+        *,
+        journal_wait: int | None = None,
+        journal_descendants: int | None = None,
+        journal_role: str = OP_ROLE,
+        journal_reaper: str = OP_REAPER,
+    ) -> ProcessIdentity:
+        """Journal an op as the starter does; the ``journal_*`` options make the journal disagree with the receipt."""
         self.ops += 1
         pid = next(_pids)
         process = ProcessIdentity(f"op-{self.ops}", pid, 90_000 + pid, pid)
-        self.writer.process_intent(process.op_id, OP_ROLE, process.pid, process.starttime, process.pgid)
+        self.writer.process_intent(process.op_id, journal_role, process.pid, process.starttime, process.pgid)
         self.writer.process_released(process.op_id)
         wait = run.wait_status if journal_wait is None else journal_wait
-        self.writer.process_terminal(process.op_id, wait, OP_REAPER)
+        self.writer.process_terminal(process.op_id, wait, journal_reaper)
         count = run.descendants if journal_descendants is None else journal_descendants
         self.writer.descendants_terminal(process.op_id, count)
         return process

@@ -64,6 +64,24 @@ def one_stage(tmp_path, plan: Plan, runs: dict[str, Run] | None = None, **stage_
     return stage
 
 
+def tampered_receipt(tmp_path, change, plan: Plan | None = None) -> tuple[str, str]:
+    """Case c0's status and reason after ``change`` rewrites its receipt in an otherwise passing attempt."""
+    plan = plan or simple_plan("python-module")
+    stage = one_stage(tmp_path, plan)
+    stage.seal()
+    rewrite_json(stage.receipt_path("c0"), change)
+    return judge(plan, [stage.directory])["cases"]["c0"]
+
+
+def judge_single_run(tmp_path, op: str, run: Run, **journal) -> tuple[str, str]:
+    """The status and reason of a one-case attempt whose op ``op`` ended as ``run`` (journaled per ``journal``)."""
+    plan = simple_plan(op)
+    stage = Stage(tmp_path / "evidence", plan)
+    stage.run("c0", run, **journal)
+    stage.seal()
+    return judge(plan, [stage.directory])["cases"]["c0"]
+
+
 # --- the designed demo attempt ---------------------------------------------------
 
 
@@ -186,11 +204,7 @@ def test_an_old_receipt_beside_a_fresh_one_is_ignored(tmp_path):
 
 def test_a_receipt_renamed_into_this_attempt_is_stale(tmp_path):
     """E2: the receipt's own attempt id decides, not its file name."""
-    plan = simple_plan("python-module")
-    stage = one_stage(tmp_path, plan)
-    stage.seal()
-    rewrite_json(stage.receipt_path("c0"), lambda value: value.update(attempt_id="run-41-1"))
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "stale")
+    assert tampered_receipt(tmp_path, lambda value: value.update(attempt_id="run-41-1")) == (UNVERIFIED, "stale")
 
 
 def test_evidence_of_another_attempt_is_stale(tmp_path):
@@ -307,9 +321,9 @@ def test_a_fifo_journal_is_missing_not_read(tmp_path):
     assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "journal_missing")
 
 
-def test_evidence_files_are_read_at_most_one_byte_past_their_cap(tmp_path, monkeypatch):
+def test_evidence_files_are_read_at_most_one_byte_past_their_cap(tmp_path, counted_reads):
     """E1: a huge receipt is refused after reading its cap plus one byte, never read whole."""
-    from executor import evaluate as evaluator
+    from executor.receipts import RECEIPT_MAX_BYTES
 
     plan = simple_plan("python-module")
     stage = one_stage(tmp_path, plan)
@@ -317,18 +331,9 @@ def test_evidence_files_are_read_at_most_one_byte_past_their_cap(tmp_path, monke
     path = stage.receipt_path("c0")
     path.unlink()
     path.write_bytes(b" " * (4 << 20))
-    reads = []
-    real_read = os.read
-
-    def counting_read(descriptor, size):
-        data = real_read(descriptor, size)
-        reads.append(len(data))
-        return data
-
-    monkeypatch.setattr(evaluator.os, "read", counting_read)
+    others = stage.path("journal").stat().st_size + stage.path("seal.json").stat().st_size
     assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "malformed")
-    assert max(reads) <= evaluator.CAP + 1 and (4 << 20) not in reads
-    assert sum(reads) < (1 << 20)
+    assert sum(counted_reads) == others + RECEIPT_MAX_BYTES + 1
 
 
 def test_a_journal_of_another_stage_is_substituted(tmp_path):
@@ -409,59 +414,27 @@ def test_a_missing_or_malformed_seal_marker_is_unverified(tmp_path, damage, reas
 
 def test_a_wait_status_that_disagrees_with_the_journal_is_unverified_never_pass(tmp_path):
     """E1: the receipt claims exit 0 but the journal's PROCESS_TERMINAL says exit 1: never PASS."""
-    plan = simple_plan("python-module")
-    stage = Stage(tmp_path / "evidence", plan)
-    stage.run("c0", Run(), journal_wait=exited(1))
-    stage.seal()
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "wait_status_mismatch")
+    assert judge_single_run(tmp_path, "python-module", Run(), journal_wait=exited(1)) == (UNVERIFIED, "wait_status_mismatch")
 
 
 def test_a_process_identity_the_journal_never_recorded_is_unverified(tmp_path):
     """E1: the receipt's (pid, starttime, pgid) must be its op's PROCESS_INTENT."""
-    plan = simple_plan("python-module")
-    stage = one_stage(tmp_path, plan)
-    stage.seal()
-    rewrite_json(stage.receipt_path("c0"), lambda value: value["process"].update(starttime=value["process"]["starttime"] + 1))
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "identity_mismatch")
+    assert tampered_receipt(tmp_path, lambda value: value["process"].update(starttime=value["process"]["starttime"] + 1)) == (UNVERIFIED, "identity_mismatch")
 
 
-def test_an_op_recorded_under_another_role_is_unverified(tmp_path):
-    """E1: the op's PROCESS_INTENT must carry the op role (one place: receipts.OP_ROLE)."""
-    plan = simple_plan("python-module")
-    stage = Stage(tmp_path / "evidence", plan)
-    stage.writer.process_intent("op-1", "launcher", 4000, 1, 4000)
-    stage.writer.process_terminal("op-1", 0, "launcher")
-    stage.writer.descendants_terminal("op-1", 0)
-    from executor.receipts import ProcessIdentity, build_receipt, publish_receipt
-
-    receipt = build_receipt(stage.binding, "c0", ProcessIdentity("op-1", 4000, 1, 4000), Run().outcome(), None, stage.writer.head)
-    publish_receipt(stage.dir_fd, receipt)
-    stage.seal()
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "identity_mismatch")
-
-
-def test_an_op_reaped_by_someone_other_than_the_launcher_is_unverified(tmp_path):
-    """E1/C2: the op's wait status counts only as read by its parent, the launcher (receipts.OP_REAPER)."""
-    plan = simple_plan("python-module")
-    stage = Stage(tmp_path / "evidence", plan)
-    from executor.receipts import OP_ROLE, ProcessIdentity, build_receipt, publish_receipt
-
-    stage.writer.process_intent("op-1", OP_ROLE, 4000, 1, 4000)
-    stage.writer.process_terminal("op-1", 0, "steward")
-    stage.writer.descendants_terminal("op-1", 0)
-    receipt = build_receipt(stage.binding, "c0", ProcessIdentity("op-1", 4000, 1, 4000), Run().outcome(), None, stage.writer.head)
-    publish_receipt(stage.dir_fd, receipt)
-    stage.seal()
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "wait_status_mismatch")
+@pytest.mark.parametrize(
+    "journal, reason",
+    [({"journal_role": "launcher"}, "identity_mismatch"), ({"journal_reaper": "steward"}, "wait_status_mismatch")],
+)
+def test_an_op_recorded_with_another_role_or_reaper_is_unverified(tmp_path, journal, reason):
+    """E1/C2: an op counts only as journaled with the op role and reaped by its parent, the launcher
+    (receipts.OP_ROLE and OP_REAPER, the one place both are named)."""
+    assert judge_single_run(tmp_path, "python-module", Run(), **journal) == (UNVERIFIED, reason)
 
 
 def test_a_descendant_count_that_disagrees_with_the_journal_is_unverified(tmp_path):
     """E1: the receipt's descendant count must be its op's DESCENDANTS_TERMINAL."""
-    plan = simple_plan("python-module")
-    stage = Stage(tmp_path / "evidence", plan)
-    stage.run("c0", Run(), journal_descendants=3)
-    stage.seal()
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "descendants_mismatch")
+    assert judge_single_run(tmp_path, "python-module", Run(), journal_descendants=3) == (UNVERIFIED, "descendants_mismatch")
 
 
 def test_a_journal_head_from_before_the_op_ended_is_unverified(tmp_path):
@@ -478,11 +451,7 @@ def test_a_journal_head_from_before_the_op_ended_is_unverified(tmp_path):
 
 def test_a_journal_head_the_journal_never_had_is_unverified(tmp_path):
     """E1: a head that is no record's digest binds nothing."""
-    plan = simple_plan("python-module")
-    stage = one_stage(tmp_path, plan)
-    stage.seal()
-    rewrite_json(stage.receipt_path("c0"), lambda value: value.update(journal_head="f" * 64))
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "head_mismatch")
+    assert tampered_receipt(tmp_path, lambda value: value.update(journal_head="f" * 64)) == (UNVERIFIED, "head_mismatch")
 
 
 def test_two_receipts_claiming_one_op_are_unverified(tmp_path):
@@ -509,11 +478,7 @@ def test_two_receipts_claiming_one_op_are_unverified(tmp_path):
 )
 def test_a_receipt_bound_to_another_plan_bundle_stage_or_case_is_unverified(tmp_path, field, value):
     """E1: every binding is compared with the value from the plan, the command line or the stage's marker."""
-    plan = simple_plan("python-module", "python-module")
-    stage = one_stage(tmp_path, plan)
-    stage.seal()
-    rewrite_json(stage.receipt_path("c0"), lambda receipt: receipt.update({field: value}))
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "binding_mismatch")
+    assert tampered_receipt(tmp_path, lambda receipt: receipt.update({field: value}), simple_plan("python-module", "python-module")) == (UNVERIFIED, "binding_mismatch")
 
 
 def test_a_bundle_other_than_the_command_line_s_is_unverified(tmp_path):
@@ -547,11 +512,7 @@ def test_receipts_disagreeing_on_the_inventories_are_unverified(tmp_path):
 
 def test_a_pytest_case_without_pytest_evidence_is_a_binding_mismatch(tmp_path):
     """E1: a receipt for a pytest case carries the junit evidence field; one made for another op does not fit."""
-    plan = simple_plan("pytest")
-    stage = Stage(tmp_path / "evidence", plan)
-    stage.run("c0", Run())
-    stage.seal()
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "binding_mismatch")
+    assert judge_single_run(tmp_path, "pytest", Run()) == (UNVERIFIED, "binding_mismatch")
 
 
 # --- strict parsing ------------------------------------------------------------------
@@ -559,20 +520,12 @@ def test_a_pytest_case_without_pytest_evidence_is_a_binding_mismatch(tmp_path):
 
 def test_an_unknown_field_is_unverified_malformed(tmp_path):
     """D1/E1: a receipt with a field the schema does not know is refused: malformed."""
-    plan = simple_plan("python-module")
-    stage = one_stage(tmp_path, plan)
-    stage.seal()
-    rewrite_json(stage.receipt_path("c0"), lambda value: value.update(verdict="PASS"))
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "malformed")
+    assert tampered_receipt(tmp_path, lambda value: value.update(verdict="PASS")) == (UNVERIFIED, "malformed")
 
 
 def test_a_bool_where_an_int_belongs_is_unverified_malformed(tmp_path):
     """D1/E1: `false` is not the integer 0, even where 0 would verify."""
-    plan = simple_plan("python-module")
-    stage = one_stage(tmp_path, plan)
-    stage.seal()
-    rewrite_json(stage.receipt_path("c0"), lambda value: value.update(wait_status=False))
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "malformed")
+    assert tampered_receipt(tmp_path, lambda value: value.update(wait_status=False)) == (UNVERIFIED, "malformed")
 
 
 @pytest.mark.parametrize("damage", ["spaces", "symlink", "huge", "directory", "not-json"])
@@ -662,11 +615,7 @@ def test_an_evidence_directory_with_too_many_entries_is_not_read(tmp_path, monke
 )
 def test_every_limit_class_is_unverified_with_its_reason(tmp_path, run, reason):
     """S10/E3: a resource-limited, timed-out, signalled or never-started op is never PASS, even with exit 0."""
-    plan = simple_plan("python-module")
-    stage = Stage(tmp_path / "evidence", plan)
-    stage.run("c0", run)
-    stage.seal()
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, reason)
+    assert judge_single_run(tmp_path, "python-module", run) == (UNVERIFIED, reason)
 
 
 def test_every_case_is_reported_after_earlier_failures(tmp_path):
@@ -694,11 +643,7 @@ def test_every_case_is_reported_after_earlier_failures(tmp_path):
 )
 def test_a_pytest_case_needs_positive_evidence(tmp_path, run, reason):
     """E5: a pytest case that ran no test, skipped all, failed to collect or left no report is UNVERIFIED, never PASS."""
-    plan = simple_plan("pytest")
-    stage = Stage(tmp_path / "evidence", plan)
-    stage.run("c0", run)
-    stage.seal()
-    assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, reason)
+    assert judge_single_run(tmp_path, "pytest", run) == (UNVERIFIED, reason)
 
 
 def _receipt(limit: str, wait_status: int, counts: JunitCounts | None, report: str = "read") -> Receipt:

@@ -181,18 +181,9 @@ def test_a_report_that_is_not_a_regular_file_is_refused(work, kind):
     assert evidence_from_directory(fd) == PytestEvidence("refused", None)
 
 
-def test_an_oversized_report_file_is_refused_after_reading_one_byte_past_the_cap(work, monkeypatch):
+def test_an_oversized_report_file_is_refused_after_reading_one_byte_past_the_cap(work, counted_reads):
     """E5: reading stops at cap + 1 bytes."""
     path, fd = work
     (path / "junit.xml").write_bytes(b" " * (REPORT_MAX_BYTES + 4096))
-    reads = []
-    real_read = os.read
-
-    def counting_read(descriptor, size):
-        data = real_read(descriptor, size)
-        reads.append(len(data))
-        return data
-
-    monkeypatch.setattr(junit.os, "read", counting_read)
     assert evidence_from_directory(fd) == PytestEvidence("refused", None)
-    assert sum(reads) == REPORT_MAX_BYTES + 1
+    assert sum(counted_reads) == REPORT_MAX_BYTES + 1
