@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import os
 from collections import Counter
 from typing import Sequence
@@ -112,6 +113,10 @@ class Expected:
     attempt_id: str
     bundle_sha256: str
     attempt_number: int | None = None
+
+    @functools.cached_property
+    def plan_digest(self) -> str:
+        return self.plan.digest
 
 
 @dataclasses.dataclass
@@ -267,7 +272,7 @@ def _receipt_reason(found: _Found, case: Case, expected: Expected) -> tuple[Rece
         return None, "stale"
     if (
         receipt.case_id != found.case_id
-        or binding.plan_digest != expected.plan.digest
+        or binding.plan_digest != expected.plan_digest
         or binding.bundle_sha256 != expected.bundle_sha256
         or binding.stage_id != found.stage.marker.stage_id
         or (receipt.pytest is None) != (case.op != "pytest")
@@ -372,7 +377,7 @@ class Report:
             "schema": REPORT_SCHEMA,
             "attempt_id": self.expected.attempt_id,
             "attempt_number": self.attempt_number,
-            "plan_digest": self.expected.plan.digest,
+            "plan_digest": self.expected.plan_digest,
             "bundle_sha256": self.expected.bundle_sha256,
             "candidate_digest": candidate,
             "dependency_inventory_digest": dependency,

@@ -39,7 +39,9 @@ def _shard(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    group = subparsers.add_parser("plan", help="check case plans", description="Check case plans (docs/plan.md).")
+    group = subparsers.add_parser(
+        "plan", help="check case plans and shard them", description="Check case plans and shard them across runners (docs/plan.md)."
+    )
     commands = group.add_subparsers(dest="plan_command", metavar="COMMAND")
     commands.required = True
     check = commands.add_parser(
