@@ -738,6 +738,22 @@ def test_evaluate_prints_the_table_and_exits_with_the_verdict(tmp_path, capsys, 
     assert out.encode() == (tmp_path / f"report-{ATTEMPT}.json").read_bytes() + b"\n"
 
 
+def test_a_second_evaluate_with_other_evidence_is_refused_and_the_report_kept(tmp_path, casebox, repo):
+    """E4/F1 from outside: a differing second report is refused (exit 64, nothing on stdout), the first kept."""
+    plan = plan_from_bytes((REPO / "examples/plan.json").read_bytes())
+    directory = build_attempt(tmp_path, plan, DESIGNED_RUNS)[0]
+    args = ["evaluate", "--plan", str(REPO / "examples/plan.json"), "--attempt", ATTEMPT, "--bundle-sha256", BUNDLE,
+            "--report-dir", str(tmp_path), "--evidence", str(directory)]
+    assert casebox(*args).returncode == 3
+    report = tmp_path / f"report-{ATTEMPT}.json"
+    first = report.read_bytes()
+    assert casebox(*args).returncode == 3
+    os.chmod(directory, 0o755)
+    (directory / f"{ATTEMPT}.pass.receipt.json").unlink()
+    casebox.refused(*args, naming=str(report))
+    assert report.read_bytes() == first
+
+
 @pytest.mark.parametrize("verdict_runs, code", [("pass", 0), ("fail", 1)])
 def test_evaluate_exits_0_for_pass_and_1_for_fail(tmp_path, capsys, verdict_runs, code):
     plan_path = tmp_path / "plan.json"
