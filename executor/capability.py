@@ -28,9 +28,7 @@ The judgement on each name and each link target is a pure function
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 
 from journal.errors import Refused
 
@@ -104,8 +102,6 @@ def _open_root(path: str) -> int:
     try:
         return os.open(os.path.realpath(path), _DIRECTORY)
     except OSError as error:
-        if error.errno in (errno.ENOTDIR, errno.ELOOP):
-            raise Refused(path, "must be a directory") from None
         raise Refused(path, f"cannot be opened as a directory ({os.strerror(error.errno)})") from None
 
 
@@ -182,8 +178,6 @@ def open_capability(path: str, *, state_root: str) -> int:
     state = _state_identity(state_root)
     fd = _open_root(path)
     try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise Refused(path, "must be a directory")
         _check_location(fd, path, state)
         _Walk(path.rstrip("/") or "/", os.path.basename(state_root), state).directory(fd, "", 0)
     except OSError as error:

@@ -29,6 +29,7 @@ from journal.createonly import EvidenceConflict
 from journal.errors import Refused
 from journal.seal import SealMarker, seal_from_bytes
 from journal.strictjson import canonical
+from steward.starter import OpNotStarted, OpResult
 
 BINDING = Binding(
     attempt_id="run-42-1",
@@ -42,32 +43,6 @@ BINDING = Binding(
 )
 PROCESS = ProcessIdentity("op-3", 4242, 987654, 4242)
 HEAD = "a" * 64
-
-
-@dataclasses.dataclass(frozen=True)
-class OpResult:
-    """The field names of the sandbox starter's observation of an op that ran (steward/starter.py)."""
-
-    limit: str
-    wait_status: int
-    descendants_reaped: int
-    wall_ms: int
-    cpu_ms: int
-    max_rss_kib: int
-    stdout: bytes
-    stderr: bytes
-    stdout_truncated: bool
-    stderr_truncated: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class OpNotStarted:
-    """The sandbox starter's observation of an op child that failed before exec."""
-
-    step: str
-    errno: int
-    wait_status: int
-    descendants_reaped: int
 
 
 def ran(limit="OK", wait_status=0, **fields) -> OpResult:

@@ -90,6 +90,27 @@ def test_a_capability_that_is_not_a_directory_is_refused(capsys, sandbox_ids, st
     assert f"--ro x={tmp_path}/file: cannot be opened as a directory" in err
 
 
+def test_a_capability_holding_git_is_refused_before_anything_starts(capsys, sandbox_ids, state_root, tmp_path):
+    """F4: --ro passes the capability boundary; a .git inside is refused with 64 naming it, even without root."""
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    (tmp_path / "repo" / ".git" / "config").write_text("[http]\n\textraheader = AUTHORIZATION: basic token\n")
+    err = _refused(*_cli(capsys, sandbox_ids, state_root, "--ro", f"repo={tmp_path}/repo", "--", "true"))
+    assert f"--ro repo={tmp_path}/repo at {tmp_path}/repo/.git: is a .git segment" in err
+
+
+@pytest.mark.root
+@pytest.mark.usefixtures("contained")
+def test_a_checked_capability_is_readable_at_cap_name(capsys, sandbox_ids, state_root, tmp_path):
+    """F4 control: a directory that passes the boundary is the one the op reads at /cap/NAME."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "hello.txt").write_text("hi from the capability\n")
+    os.chmod(tmp_path, 0o755)
+    code, out, err = _cli(capsys, sandbox_ids, state_root, "--ro", f"data={data}", "--", "/usr/bin/cat", "/cap/data/hello.txt")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["stdout"] == "hi from the capability\n"
+
+
 @pytest.mark.root
 def test_a_dedicated_id_in_use_is_refused(capsys, sandbox_ids, state_root):
     """S6: exit 64 when a live process already runs as the sandbox UID."""

@@ -9,6 +9,7 @@ import re
 import sys
 
 from executor import config as configuration
+from executor.capability import open_capability
 from executor.environ import forbidden_variable
 from executor.frontend import EXIT_OK, InternalFailure
 from journal.errors import Refused
@@ -59,15 +60,33 @@ def sandbox_env(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return env
 
 
-def _spec(args: argparse.Namespace, config: configuration.Config) -> Spec:
-    names = [name for name, _ in args.ro]
+def _checked_capabilities(pairs: list[tuple[str, str]], state_root: str) -> list[tuple[str, int]]:
+    """F4: each --ro directory passes the capability boundary; the caller closes the descriptors."""
+    names = [name for name, _ in pairs]
     for name in names:
         if names.count(name) > 1:
             raise Refused(f"--ro {name}", "names a capability twice")
+    checked: list[tuple[str, int]] = []
+    try:
+        for name, directory in pairs:
+            try:
+                checked.append((name, open_capability(directory, state_root=state_root)))
+            except Refused as refusal:
+                flag = f"--ro {name}={directory}"
+                raise (Refused(flag, refusal.rule) if refusal.where == directory else refusal.under(flag)) from None
+    except BaseException:
+        for _, fd in checked:
+            os.close(fd)
+        raise
+    return checked
+
+
+def _spec(args: argparse.Namespace, config: configuration.Config, capabilities: list[tuple[str, int]]) -> Spec:
     return Spec(
         uid=config.sandbox_uid,
         gid=config.sandbox_gid,
-        capabilities=tuple(args.ro),
+        # The starter opens the descriptor the check returned, never the user's path again.
+        capabilities=tuple((name, f"/proc/self/fd/{fd}") for name, fd in capabilities),
         limits=Limits(
             tmp_bytes=args.tmp_mb * MIB,
             work_bytes=args.work_mb * MIB,
@@ -105,17 +124,22 @@ def _run(args: argparse.Namespace) -> int:
         sandbox_uid=args.uid, sandbox_gid=args.gid, state_root=args.state_root
     )
     env = sandbox_env(args.env)
-    spec = _spec(args, config)
-    if os.geteuid() != 0:
-        raise InternalFailure("casebox sandbox run needs root to create namespaces and mounts; run it with sudo.")
-    cap = args.output_kib * 1024
+    capabilities = _checked_capabilities(args.ro, config.state_root)
     try:
-        with Sandbox.start(spec, ledger=RecordingLedger(), state_root=config.state_root) as sandbox:
-            result = sandbox.run(
-                args.argv, env=env, cwd="/work", timeout_ms=args.timeout_ms, stdout_cap=cap, stderr_cap=cap
-            )
-    except SandboxFailure as failure:
-        raise InternalFailure(f"the sandbox failed: {failure}.") from None
+        spec = _spec(args, config, capabilities)
+        if os.geteuid() != 0:
+            raise InternalFailure("casebox sandbox run needs root to create namespaces and mounts; run it with sudo.")
+        cap = args.output_kib * 1024
+        try:
+            with Sandbox.start(spec, ledger=RecordingLedger(), state_root=config.state_root) as sandbox:
+                result = sandbox.run(
+                    args.argv, env=env, cwd="/work", timeout_ms=args.timeout_ms, stdout_cap=cap, stderr_cap=cap
+                )
+        except SandboxFailure as failure:
+            raise InternalFailure(f"the sandbox failed: {failure}.") from None
+    finally:
+        for _, fd in capabilities:
+            os.close(fd)
     if isinstance(result, OpNotStarted):
         reason = os.strerror(result.errno) if result.errno else "unknown error"
         raise Refused(
@@ -148,7 +172,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--gid", type=_bounded(1, configuration.MAX_ID), help="dedicated sandbox gid (default: configuration)")
     run.add_argument(
         "--ro", type=_capability, action="append", default=[], metavar="NAME=DIR",
-        help="bind DIR read-only at /cap/NAME (repeatable)",
+        help="bind DIR read-only at /cap/NAME (repeatable); DIR must pass the capability boundary: no .git or "
+        "state directory inside, no symlink leaving it, not the state root (docs/receipts.md)",
     )
     run.add_argument("--tmp-mb", type=_bounded(1, 65536), default=64, metavar="N", help="size of /tmp (default 64)")
     run.add_argument("--work-mb", type=_bounded(1, 65536), default=256, metavar="N", help="size of /work (default 256)")
