@@ -16,7 +16,8 @@ from journal.strictjson import canonical, decode_lossy
 from launcher.protocol import MAX_OUTPUT_CAP
 from steward.failure import SandboxFailure
 from steward.ledger import RecordingLedger
-from steward.starter import MIB, Limits, OpNotStarted, Sandbox, Spec
+from steward.api import MIB, Limits
+from steward.starter import OpNotStarted, Sandbox, Spec
 
 CAPABILITY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
@@ -59,15 +60,31 @@ def sandbox_env(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return env
 
 
-def _spec(args: argparse.Namespace, config: configuration.Config) -> Spec:
-    names = [name for name, _ in args.ro]
+def _open_capabilities(pairs: list[tuple[str, str]]) -> list[tuple[str, int]]:
+    """Each --ro NAME=DIR opened once as a directory descriptor; the sandbox gets these, never the paths."""
+    names = [name for name, _ in pairs]
     for name in names:
         if names.count(name) > 1:
             raise Refused(f"--ro {name}", "names a capability twice")
+    opened: list[tuple[str, int]] = []
+    try:
+        for name, directory in pairs:
+            try:
+                opened.append((name, os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
+            except OSError as error:
+                raise Refused(f"--ro {name}={directory}", f"cannot be opened as a directory ({error.strerror})") from None
+    except BaseException:
+        for _, fd in opened:
+            os.close(fd)
+        raise
+    return opened
+
+
+def _spec(args: argparse.Namespace, config: configuration.Config, capabilities: list[tuple[str, int]]) -> Spec:
     return Spec(
         uid=config.sandbox_uid,
         gid=config.sandbox_gid,
-        capabilities=tuple(args.ro),
+        capabilities=tuple(capabilities),
         limits=Limits(
             tmp_bytes=args.tmp_mb * MIB,
             work_bytes=args.work_mb * MIB,
@@ -105,10 +122,11 @@ def _run(args: argparse.Namespace) -> int:
         sandbox_uid=args.uid, sandbox_gid=args.gid, state_root=args.state_root
     )
     env = sandbox_env(args.env)
-    spec = _spec(args, config)
     if os.geteuid() != 0:
         raise InternalFailure("casebox sandbox run needs root to create namespaces and mounts; run it with sudo.")
     cap = args.output_kib * 1024
+    capabilities = _open_capabilities(args.ro)
+    spec = _spec(args, config, capabilities)
     try:
         with Sandbox.start(spec, ledger=RecordingLedger(), state_root=config.state_root) as sandbox:
             result = sandbox.run(
@@ -116,6 +134,9 @@ def _run(args: argparse.Namespace) -> int:
             )
     except SandboxFailure as failure:
         raise InternalFailure(f"the sandbox failed: {failure}.") from None
+    finally:
+        for _, fd in capabilities:
+            os.close(fd)
     if isinstance(result, OpNotStarted):
         reason = os.strerror(result.errno) if result.errno else "unknown error"
         raise Refused(
