@@ -168,21 +168,31 @@ class _Walk:
                     os.close(child)
 
 
+def check_directory(fd: int, shown: str, *, state_root: str) -> None:
+    """Refuse, naming ``shown``, the open directory ``fd`` if F4 forbids handing it into a sandbox.
+
+    This is the one predicate: :func:`open_capability` applies it to a path a
+    user gave, and the steward applies it to every descriptor a client hands
+    a session (``executor.sessions.capability_check``).
+    """
+    state_root = os.path.normpath(state_root)
+    state = _state_identity(state_root)
+    try:
+        _check_location(fd, shown, state)
+        _Walk(shown.rstrip("/") or "/", os.path.basename(state_root), state).directory(fd, "", 0)
+    except OSError as error:
+        raise Refused(shown, f"cannot be walked ({os.strerror(error.errno)})") from None
+
+
 def open_capability(path: str, *, state_root: str) -> int:
     """A read-only descriptor of the directory at ``path``, checked against F4; the caller closes it.
 
     Hand the sandbox this descriptor, never ``path``: the descriptor is the
     directory that was checked.
     """
-    state_root = os.path.normpath(state_root)
-    state = _state_identity(state_root)
     fd = _open_root(path)
     try:
-        _check_location(fd, path, state)
-        _Walk(path.rstrip("/") or "/", os.path.basename(state_root), state).directory(fd, "", 0)
-    except OSError as error:
-        os.close(fd)
-        raise Refused(path, f"cannot be walked ({os.strerror(error.errno)})") from None
+        check_directory(fd, path, state_root=state_root)
     except BaseException:
         os.close(fd)
         raise

@@ -156,18 +156,22 @@ class Steward:
         self.hook = hook
         self.root = StateRoot.open(settings.state_root)
 
-    def open_session(self, attempt_id: str, *, client_uid: int | None = None) -> "Session":
+    def open_session(self, attempt_id: str, *, client_uid: int | None = None, single: bool = False) -> "Session":
         """A new stage and journal for ``attempt_id``; refused while a live process uses the dedicated ids (S6).
 
         ``client_uid`` is the peer's uid for a session served over the socket
         (an evidence directory must then be the client's own); None in process.
+        ``single``: this steward exists for this one session (embedded mode)
+        and is closed when the session ends.
         """
         if type(attempt_id) is not str or not ID.match(attempt_id):
             raise Refused("attempt_id", "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric")
         settings = self.settings
         with self.root.lease(settings.uid, wait_seconds=settings.lease_seconds):
             dedicated.require_unused(settings.uid, settings.gid)
-        return Session(self, attempt_id, client_uid)
+        session = Session(self, attempt_id, client_uid)
+        session.single = single
+        return session
 
     def close(self) -> None:
         self.root.close()
@@ -182,6 +186,7 @@ class Session:
         self.root = steward.root
         self.hook = steward.hook
         self.client_uid = client_uid
+        self.single = False
         self.attempt_id = attempt_id
         self.stage_id = secrets.token_hex(8)
         self.journal_id = secrets.token_hex(8)
@@ -448,14 +453,25 @@ class Session:
         """
         if evidence_fd is not None:
             self._check_evidence_directory(evidence_fd)
-        closed = self._end("CLOSED")
-        if evidence_fd is not None:
-            closed = dataclasses.replace(closed, exported=self._export(evidence_fd))
+        try:
+            closed = self._end("CLOSED")
+            if evidence_fd is not None:
+                closed = dataclasses.replace(closed, exported=self._export(evidence_fd))
+        finally:
+            self._close_single()
         return closed
 
     def abandon(self) -> api.Closed:
         """The client went away: clean up and retire all the same; the session is UNVERIFIED (SESSION_ABANDONED)."""
-        return self._end("ABANDONED")
+        try:
+            return self._end("ABANDONED")
+        finally:
+            self._close_single()
+
+    def _close_single(self) -> None:
+        """An embedded steward exists for its one session: close it once the session has ended (after the export)."""
+        if self.single and self.ended:
+            self.steward.close()
 
     def _check_evidence_directory(self, fd: int) -> None:
         info = os.fstat(fd)
