@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "executor.commands.sandbox",
     "executor.commands.doctor",
     "executor.commands.evaluate",
+    "executor.commands.verify",
+    "executor.commands.demo",
 )
 
 

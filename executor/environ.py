@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Every sandboxed op's environment starts from these (S7); nothing of the host's passes.
+SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
 PASS_THROUGH = ("TZ", "TERM")
 _CREDENTIAL = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH|COOKIE|SESSION", re.IGNORECASE)
 

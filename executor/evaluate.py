@@ -39,7 +39,18 @@ from typing import Sequence
 
 from executor.junit import MISSING, REFUSED
 from executor.plan import Case, Plan
-from executor.receipts import NOT_STARTED, OP_REAPER, OP_ROLE, RECEIPT_MAX_BYTES, Receipt, name_parts, receipt_from_bytes
+from executor.receipts import (
+    NOT_STARTED,
+    OP_REAPER,
+    OP_ROLE,
+    RECEIPT_MAX_BYTES,
+    STEP_DEPENDENCIES,
+    STEP_INSTALL,
+    STEP_SANDBOX,
+    Receipt,
+    name_parts,
+    receipt_from_bytes,
+)
 from journal.createonly import open_directory, publish_once
 from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
@@ -83,6 +94,9 @@ REASONS = {
     "wait_status_mismatch": "the receipt's wait status is not its op's PROCESS_TERMINAL",
     "descendants_mismatch": "the receipt's descendant count is not its op's DESCENDANTS_TERMINAL",
     "not_started": "the op never reached exec",
+    "dependencies_unresolved": "the case never ran: the candidate's dependencies could not be resolved",
+    "install_failed": "the case never ran: installing the candidate and its dependencies failed",
+    "sandbox_failed": "the case never ran: its sandbox failed to start or failed under the op",
     "timeout": "the op reached its timeout",
     "memory": "the op hit the memory limit",
     "pids": "the op hit the process limit",
@@ -102,6 +116,12 @@ PROBLEMS = {
     "evidence_overflow": f"an evidence directory holds more than {MAX_EVIDENCE_ENTRIES} entries",
     "nothing_applicable": "no case of the plan is applicable, so nothing was verified",
 }
+# A receipt with no process names the step that kept its case from running.
+_NEVER_STARTED_REASONS = {
+    STEP_DEPENDENCIES: "dependencies_unresolved",
+    STEP_INSTALL: "install_failed",
+    STEP_SANDBOX: "sandbox_failed",
+}
 _LIMIT_REASONS = {"TIMEOUT": "timeout", "MEMORY": "memory", "PIDS": "pids", "OUTPUT": "output", "DISK": "disk", "SIGNALLED": "signalled"}
 
 
@@ -113,6 +133,12 @@ class Expected:
     attempt_id: str
     bundle_sha256: str
     attempt_number: int | None = None
+    # The ids of the plan cases this evaluation judges (one shard's, for ``verify --shard``); None: every case.
+    cases: frozenset[str] | None = None
+
+    @property
+    def judged(self) -> tuple[Case, ...]:
+        return tuple(case for case in self.plan.cases if self.cases is None or case.id in self.cases)
 
     @functools.cached_property
     def plan_digest(self) -> str:
@@ -306,6 +332,9 @@ def outcome_status(case: Case, receipt: Receipt) -> tuple[str, str]:
     """Step 5: the status and reason of an authenticated receipt; junit counts only ever downgrade (E5)."""
     limit = receipt.outcome.limit
     if limit == NOT_STARTED:
+        never = receipt.outcome.not_started
+        if receipt.process is None and never is not None:
+            return UNVERIFIED, _NEVER_STARTED_REASONS.get(never.step, "not_started")
         return UNVERIFIED, "not_started"
     if limit in _LIMIT_REASONS:
         return UNVERIFIED, _LIMIT_REASONS[limit]
@@ -430,7 +459,7 @@ def evaluate(expected: Expected, evidence_paths: Sequence[str]) -> Report:
             os.close(fd)
     reasons: dict[str, str] = {}
     accepted: dict[str, tuple[Receipt, _Stage]] = {}
-    for case in expected.plan.cases:
+    for case in expected.judged:
         found = evidence.fresh.get(case.id, [])
         if not case.applicable:
             reasons[case.id] = "unexpected_receipt" if found else "not_applicable"
@@ -446,7 +475,7 @@ def evaluate(expected: Expected, evidence_paths: Sequence[str]) -> Report:
                 accepted[case.id] = (receipt, found[0].stage)
     _cross_check(accepted, reasons)
     results = []
-    for case in expected.plan.cases:
+    for case in expected.judged:
         if case.id in accepted:
             receipt, _ = accepted[case.id]
             status, reason = outcome_status(case, receipt)

@@ -97,3 +97,14 @@ def read_capped(path: str, cap: int) -> bytes:
     if len(data) > cap:
         raise Refused(path, f"is larger than its {cap}-byte cap")
     return data
+
+
+def resolve_inside(path: str, root: str, where: str) -> str:
+    """The real path of ``path``, refused unless it lies at or below the real path of ``root`` (F3).
+
+    Symlinks are resolved first, so a link that points outward is outside.
+    """
+    real, perimeter = os.path.realpath(path), os.path.realpath(root)
+    if real != perimeter and not real.startswith(perimeter.rstrip("/") + "/"):
+        raise Refused(where, f"{path} resolves to {real}, outside the perimeter {perimeter}")
+    return real

@@ -47,6 +47,18 @@ def check_wheel_name(name: str, where: str) -> str:
     return name
 
 
+def canonical_project(name: str) -> str:
+    """A project name in its one comparable spelling (PEP 503): runs of ``-_.`` become ``-``, lowercase."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_project(name: str, where: str) -> tuple[str, str]:
+    """(canonical project, version) of a valid wheel file name: its first two ``-`` fields."""
+    check_wheel_name(name, where)
+    project, version = name.split("-")[:2]
+    return canonical_project(project), version
+
+
 @dataclasses.dataclass(frozen=True)
 class Wheel:
     file: str

@@ -29,6 +29,11 @@ MAX_ATTEMPT_NUMBER = 1_000_000
 MAX_STEP_BYTES = 64
 MAX_TEST_COUNT = 1_000_000
 NOT_STARTED = "NOT_STARTED"
+# The not_started.step of a case that never had a process (docs/receipts.md): the
+# dependencies could not be resolved, the install failed, or its sandbox failed.
+STEP_DEPENDENCIES = "dependencies"
+STEP_INSTALL = "install"
+STEP_SANDBOX = "sandbox"
 # The limit classes of docs/launcher.md (S10), then the class of an op that never reached exec.
 LIMIT_CLASSES = ("OK", "EXIT_NONZERO", "SIGNALLED", "TIMEOUT", "MEMORY", "PIDS", "OUTPUT", "DISK", NOT_STARTED)
 # How the journal records a case op (journal/format.py's closed sets): the role
@@ -109,12 +114,15 @@ class Outcome:
 
 
 def outcome_from_launcher(observation: object) -> Outcome:
-    """The one mapping from the starter's observation (``steward.starter.OpResult`` or ``OpNotStarted``).
+    """The one mapping from the launcher's observation of an op.
 
-    An ``OpNotStarted`` (it has ``step``) is an op child that failed before
-    exec: it was forked, so it has a wait status, but no exit code of its own.
+    The observation is the session's ``steward.api.OpOutcome`` (``started``
+    says whether the op reached exec) or the starter's own ``OpResult`` or
+    ``OpNotStarted`` (which has a ``step``). An op that did not start is an
+    op child that failed before exec: it was forked, so it has a wait status,
+    but no exit code of its own.
     """
-    if hasattr(observation, "step"):
+    if not getattr(observation, "started", not hasattr(observation, "step")):
         return Outcome(
             NOT_STARTED,
             observation.wait_status,

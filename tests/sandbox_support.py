@@ -10,7 +10,7 @@ import textwrap
 import psutil
 import pytest
 
-from executor.commands.sandbox import SANDBOX_ENV
+from executor.environ import SANDBOX_ENV
 from steward.ledger import RecordingLedger
 from steward.api import Limits
 from steward.starter import OpResult, Sandbox, Spec

@@ -14,12 +14,15 @@ def _seconds(wall_ms: int | None) -> str:
     return "-" if wall_ms is None else f"{wall_ms / 1000:.3f} s"
 
 
-def table(report) -> str:
-    """The case, status, reason and time of every case, then the verdict."""
-    rows = [("case", "status", "reason", "time")]
-    rows += [(r.case_id, r.status, r.reason, _seconds(r.wall_ms)) for r in report.cases]
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
-    lines = [f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}".rstrip() for row in rows]
+def table(report, designed: dict[str, str] | None = None) -> str:
+    """The case, status, reason and time of every case (and, given ``designed``, the status it was designed to get)."""
+    head = ("case", "status", "reason", "time") if designed is None else ("case", "designed", "status", "reason", "time")
+    rows = [head]
+    for r in report.cases:
+        cells = (r.case_id, r.status, r.reason, _seconds(r.wall_ms))
+        rows.append(cells if designed is None else (r.case_id, designed.get(r.case_id, "-"), *cells[1:]))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(head) - 1)]
+    lines = ["  ".join([*(f"{cell:<{width}}" for cell, width in zip(row, widths)), row[-1]]).rstrip() for row in rows]
     lines += [f"problem: {problem}" for problem in report.problems]
     return "\n".join(lines)
 

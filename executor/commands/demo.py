@@ -1,0 +1,106 @@
+"""``casebox demo``: the ten-case demo, end to end, checked against the status each case was designed to get."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+import tempfile
+import time
+
+from executor.frontend import EXIT_NOT_OK, EXIT_OK
+from journal.errors import Refused
+
+# What each case of examples/plan.json is designed to get (examples/README.md says why), and the verdict
+# that follows from the fold: a deliberate failure and two limited cases make it UNVERIFIED.
+DESIGNED = {
+    "pass": "PASS",
+    "assertion-failure": "FAIL",
+    "import-core": "PASS",
+    "import-greet": "PASS",
+    "import-extra": "PASS",
+    "console-script": "PASS",
+    "timeout": "UNVERIFIED",
+    "not-applicable": "N/A",
+    "output-cap": "UNVERIFIED",
+    "network-denied": "PASS",
+}
+DESIGNED_VERDICT = "UNVERIFIED"
+
+
+def examples_directory() -> str:
+    """examples/ of the checkout casebox runs from: the demo reads its candidate, plan, verifier tree and index."""
+    import executor
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(executor.__file__))), "examples")
+    if not os.path.isdir(os.path.join(path, "candidate")):
+        raise Refused(path, "is missing: casebox demo runs from a checkout of casebox (scripts/bootstrap installs it there)")
+    return path
+
+
+def fresh_attempt_id() -> str:
+    return f"demo-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from executor import config as configuration
+    from executor import pack, wheelbuild
+    from executor.commands.evaluate import table
+    from executor.commands.verify import progress_printer
+    from executor.verify import Attempt, verify
+    from journal.createonly import open_directory, publish_once
+
+    config = configuration.load(args.config).overridden(state_root=args.state_root)
+    examples = examples_directory()
+    progress = progress_printer()
+    work = tempfile.mkdtemp(prefix="casebox-demo-")
+    os.chmod(work, 0o755)
+    progress(f"building the demo candidate in {work}")
+    wheels = wheelbuild.build_demo(os.path.join(examples, "candidate"), os.path.join(work, "wheels"))
+    bundle = pack.build(pack.read_wheels(sorted(wheels)))
+    work_fd = open_directory(work)
+    try:
+        publish_once(work_fd, "candidate.tar", bundle, mode=0o444, shown=os.path.join(work, "candidate.tar"))
+    finally:
+        os.close(work_fd)
+    request = Attempt(
+        bundle=os.path.join(work, "candidate.tar"),
+        sha256=pack.coordinate(bundle).sha256,
+        plan=os.path.join(examples, "plan.json"),
+        verifier_tree=os.path.join(examples, "verifier"),
+        attempt_id=fresh_attempt_id(),
+        evidence=os.path.join(work, "evidence"),
+        index=os.path.join(examples, "index"),
+    )
+    verified = verify(config, request, progress=progress)
+    report = verified.report
+    print(f"attempt: {request.attempt_id}  bundle: {request.bundle}  sha256: {request.sha256}")
+    print(table(report, DESIGNED))
+    for note in verified.notes:
+        print(f"note: {note}")
+    print(f"evidence: {verified.evidence}")
+    print(f"tombstone: {verified.tombstone}")
+    got = {result.case_id: result.status for result in report.cases}
+    print(f"verdict: {report.verdict} (designed: {DESIGNED_VERDICT})")
+    if got == DESIGNED and report.verdict == DESIGNED_VERDICT:
+        print("demo: every case got the status it was designed to get")
+        return EXIT_OK
+    differing = sorted(case for case in DESIGNED if got.get(case) != DESIGNED[case])
+    print(f"demo: not as designed: {', '.join(differing) or 'the verdict'}", file=sys.stderr)
+    return EXIT_NOT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    command = subparsers.add_parser(
+        "demo",
+        help="run the ten-case demo end to end and check every case got its designed status (root)",
+        description="As root, from a checkout: build the demo candidate (examples/candidate) into a fresh "
+        "directory under /tmp, pack it, and run casebox verify on examples/plan.json with the verifier tree and "
+        "offline index of examples/ and a fresh attempt id. Prints each case's designed and actual status, the "
+        "evidence and tombstone paths and the verdict. Exit 0 only when every case got the status it was designed "
+        "to get and the verdict is the designed UNVERIFIED (examples/README.md says why); 1 otherwise; 64 for "
+        "refused input, 70 when the host or a sandbox failed.",
+    )
+    command.add_argument("--state-root", metavar="DIR", help="the steward's state root (default: configuration)")
+    command.set_defaults(handler=_demo)

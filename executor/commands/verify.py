@@ -1,0 +1,113 @@
+"""``casebox verify``: one verification attempt, end to end (docs/pipeline.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, EXIT_UNVERIFIED
+from journal.errors import Refused
+
+EXIT_BY_VERDICT = {"PASS": EXIT_OK, "FAIL": EXIT_NOT_OK, "UNVERIFIED": EXIT_UNVERIFIED}
+
+
+def progress_printer() -> Callable[[str], None]:
+    """Progress lines on stderr when it is a terminal; nothing otherwise."""
+    if not sys.stderr.isatty():
+        return lambda line: None
+
+    def say(line: str) -> None:
+        print(f"casebox: {line}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def show(verified) -> int:
+    """The verdict table, the notes, the evidence and tombstone paths; the exit code of the verdict."""
+    from executor.commands.evaluate import table
+
+    print(table(verified.report))
+    for note in verified.notes:
+        print(f"note: {note}")
+    print(f"evidence: {verified.evidence}")
+    print(f"tombstone: {verified.tombstone}")
+    print(f"verdict: {verified.report.verdict}")
+    return EXIT_BY_VERDICT[verified.report.verdict]
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from executor import config as configuration
+    from executor.frontend import resolve_inside
+    from executor.preflight import check_attempt, check_sha256
+    from executor.receipts import MAX_ATTEMPT_NUMBER
+    from executor.shard import parse_shard
+    from executor.verify import Attempt, verify
+
+    attempt_id = check_attempt(args.attempt, "--attempt")
+    sha256 = check_sha256(args.sha256, "--sha256")
+    if not 1 <= args.attempt_number <= MAX_ATTEMPT_NUMBER:
+        raise Refused("--attempt-number", f"must be from 1 to {MAX_ATTEMPT_NUMBER}")
+    shard = None if args.shard is None else parse_shard(args.shard, "--shard")
+    if args.index is not None and "://" in args.index:
+        raise Refused(
+            "--index",
+            f"{args.index} is a network index, which casebox does not support: resolution runs in a sandbox with "
+            "loopback only and no token ever enters one, so give a local find-links directory (docs/pipeline.md)",
+        )
+    root = args.root
+    config = configuration.load(args.config).overridden(state_root=args.state_root)
+    request = Attempt(
+        bundle=resolve_inside(args.bundle, root, "--bundle"),
+        sha256=sha256,
+        plan=resolve_inside(args.plan, root, "--plan"),
+        verifier_tree=resolve_inside(args.verifier_tree, root, "--verifier-tree"),
+        attempt_id=attempt_id,
+        evidence=resolve_inside(args.evidence, root, "--evidence"),
+        index=None if args.index is None else resolve_inside(args.index, root, "--index"),
+        shard=shard,
+        attempt_number=args.attempt_number,
+    )
+    return show(verify(config, request, progress=progress_printer()))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    command = subparsers.add_parser(
+        "verify",
+        help="run a candidate bundle against a plan in sandboxes and evaluate the evidence (root)",
+        description="One verification attempt, as root (docs/pipeline.md): preflight the bundle (size and sha256, "
+        "data only); extract it in a sandbox as the dedicated UID and seal it; resolve its dependencies from the "
+        "find-links index in a sandbox and fetch them with pip; install once; run every case of the plan (or of "
+        "the shard) in a sandbox of its own, each with a receipt; clean up, retire the stage into a sealed "
+        "tombstone and write the journal, the seal marker and the receipts into --evidence; evaluate them. "
+        "Prints the verdict table, the evidence and tombstone paths, and exits like casebox evaluate: 0 PASS, "
+        "1 FAIL, 3 UNVERIFIED; 64 for refused input, 70 when the host or a sandbox failed.",
+    )
+    command.add_argument("--bundle", metavar="FILE", required=True, help="the candidate bundle (casebox pack)")
+    command.add_argument("--sha256", metavar="HEX", required=True, help="the bundle's expected sha256")
+    command.add_argument("--plan", metavar="PLAN", required=True, help="the case plan (docs/plan.md)")
+    command.add_argument(
+        "--verifier-tree", metavar="DIR", required=True,
+        help="the verifier tree, read-only at the cases' working directory; must pass F4 (no .git inside)",
+    )
+    command.add_argument("--attempt", metavar="ID", required=True, help="the attempt id every receipt carries")
+    command.add_argument(
+        "--evidence", metavar="DIR", required=True,
+        help="where the journal, seal.json and the receipts are written: an empty or absent directory",
+    )
+    command.add_argument(
+        "--index", metavar="DIR",
+        help="the local find-links directory dependencies are resolved from (offline); must pass F4. A URL is refused",
+    )
+    command.add_argument("--shard", metavar="i/n", help="run only shard i of n of the plan's cases (casebox plan shard)")
+    command.add_argument(
+        "--attempt-number", metavar="N", type=int, default=1,
+        help="the run attempt of this attempt id, bound into every receipt (default 1)",
+    )
+    command.add_argument(
+        "--root", metavar="DIR", default=os.curdir,
+        help="the perimeter: every path above must resolve inside it, symlinks followed (default: the working directory)",
+    )
+    command.add_argument("--state-root", metavar="DIR", help="the steward's state root (default: configuration)")
+    command.set_defaults(handler=_verify)

@@ -1,0 +1,223 @@
+"""C9: every capability is a close-once object, and each kind of start has exactly one owner.
+
+A :class:`CloseOnce` object is either **taken** exactly once, which transfers
+what it holds to the taker, or **closed** exactly once; cancelling is
+closing. A second take, a take after close, or a second close is a casebox
+bug and raises :class:`OwnershipError` (exit 70), so no second consumer ever
+sees what the first one got.
+
+- :class:`DirectoryCapability`: a directory descriptor the trusted side
+  opened. Taking it hands the descriptor to the session
+  (``add_capability``), which then closes it exactly once; closing it
+  untaken closes the descriptor.
+- :class:`Started` and :class:`StartFailed`: the outcome of one sandbox
+  start, owned by whoever asked for it. A READY sandbox is taken by its owner
+  to run ops, then closed; closed untaken, it is shut down. A failed start
+  can only be closed, and closing it hands its lifecycle evidence (the
+  starter's sentence) back to its owner.
+- :class:`Gate`: the session's two start rights, each handed out once: the
+  case service alone starts sandboxes (extraction, install, cases), the
+  dependency preparer alone starts resolvers (resolve and fetch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Sequence
+
+from journal.errors import one_line
+from journal.strictjson import decode_lossy
+from steward.api import Limits, OpOutcome, Ready
+from steward.failure import SandboxFailure
+
+OPEN, TAKEN, CLOSED = "open", "taken", "closed"
+CASE_SERVICE = "case service"
+PREPARER = "dependency preparer"
+
+
+class OwnershipError(Exception):
+    """A close-once object used a second time, or by someone who does not own it."""
+
+
+class CloseOnce:
+    """Open until taken or closed, exactly once; ``with`` cancels (closes) it if it is still open."""
+
+    def __init__(self, what: str, owner: object = None) -> None:
+        self.what = what
+        self.owner = owner
+        self.state = OPEN
+
+    def _spend(self, verb: str, owner: object, state: str) -> None:
+        if owner is not self.owner:
+            raise OwnershipError(f"{self.what} belongs to {self.owner!r}; {owner!r} cannot {verb} it")
+        if self.state != OPEN:
+            raise OwnershipError(f"{self.what} was already {self.state}; it is taken or closed exactly once")
+        self.state = state
+
+    def take(self, owner: object = None):
+        self._spend("take", owner, TAKEN)
+        return self._taken()
+
+    def close(self, owner: object = None):
+        self._spend("close", owner, CLOSED)
+        return self._closed()
+
+    cancel = close
+
+    def _taken(self):
+        raise OwnershipError(f"{self.what} cannot be taken")
+
+    def _closed(self):
+        return None
+
+    def __enter__(self) -> "CloseOnce":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.state == OPEN:
+            self.close(self.owner)
+
+
+class DirectoryCapability(CloseOnce):
+    """A read-only directory descriptor to hand into a session under ``name``."""
+
+    def __init__(self, name: str, fd: int) -> None:
+        super().__init__(f"capability {name}")
+        self.name = name
+        self._fd = fd
+
+    def _taken(self) -> tuple[str, int]:
+        fd, self._fd = self._fd, -1
+        return self.name, fd
+
+    def _closed(self) -> None:
+        fd, self._fd = self._fd, -1
+        os.close(fd)
+
+    def hand_to(self, session) -> None:
+        """Take it and give the descriptor to ``session``, which owns it from now on (and closes it)."""
+        name, fd = self.take()
+        session.add_capability(name, fd)
+
+
+class Running:
+    """A taken READY sandbox: one op per command, then :meth:`close`."""
+
+    def __init__(self, session, ready: Ready) -> None:
+        self.session = session
+        self.ready = ready
+        self.open = True
+
+    def run(self, argv: Sequence[str], **op) -> OpOutcome:
+        if not self.open:
+            raise OwnershipError(f"sandbox {self.ready.sandbox} is closed")
+        try:
+            return self.session.run(argv, **op)
+        except SandboxFailure:
+            self.open = False
+            raise
+
+    def close(self) -> str | None:
+        """Shut the sandbox down; the journal head, or None when a failed op had already torn it down."""
+        if not self.open:
+            return None
+        self.open = False
+        return self.session.close_sandbox()
+
+
+class Started(CloseOnce):
+    """A READY sandbox; its owner takes it (a :class:`Running`) or closes it untaken (the journal head)."""
+
+    def __init__(self, owner: object, session, ready: Ready) -> None:
+        super().__init__(f"sandbox {ready.sandbox}", owner)
+        self.session = session
+        self.ready = ready
+
+    def _taken(self) -> Running:
+        return Running(self.session, self.ready)
+
+    def _closed(self) -> str:
+        return self.session.close_sandbox()
+
+
+@dataclasses.dataclass(frozen=True)
+class LifecycleEvidence:
+    """What a sandbox that failed to start, or failed under an op, leaves its owner: the starter's sentence.
+
+    Its records (the launcher's and pid 1's identities and wait statuses) are in the journal.
+    """
+
+    reason: str
+
+
+class StartFailed(CloseOnce):
+    """A start that failed: it cannot be taken; closing it returns its :class:`LifecycleEvidence` to its owner."""
+
+    def __init__(self, owner: object, reason: str) -> None:
+        super().__init__("a failed sandbox start", owner)
+        self.evidence = LifecycleEvidence(reason)
+
+    def _closed(self) -> LifecycleEvidence:
+        return self.evidence
+
+
+class Starter:
+    """The right to start sandboxes in one session, held by one owner."""
+
+    def __init__(self, session, owner: object) -> None:
+        self.session = session
+        self.owner = owner
+
+    def start(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits()) -> Started | StartFailed:
+        try:
+            ready = self.session.start_sandbox(read=list(read), write=list(write), limits=limits)
+        except SandboxFailure as failure:
+            return StartFailed(self.owner, str(failure))
+        return Started(self.owner, self.session, ready)
+
+    def run_one(
+        self, argv: Sequence[str], *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(), **op
+    ) -> OpOutcome | LifecycleEvidence:
+        """Start a sandbox, take it, run one op, close it: the op's outcome, or the lifecycle evidence of a failure."""
+        outcome = self.start(read=read, write=write, limits=limits)
+        if isinstance(outcome, StartFailed):
+            return outcome.close(self.owner)
+        running = outcome.take(self.owner)
+        try:
+            return running.run(argv, **op)
+        except SandboxFailure as failure:
+            return LifecycleEvidence(str(failure))
+        finally:
+            running.close()
+
+
+def failure_of(result: OpOutcome | LifecycleEvidence) -> str | None:
+    """Why an infrastructure op (extraction, resolution, fetch, install) did not succeed, or None if it exited 0."""
+    if isinstance(result, LifecycleEvidence):
+        return f"the sandbox failed: {result.reason}"
+    if not result.started:
+        return f"the op did not start ({result.step} failed with errno {result.errno})"
+    if result.limit == "OK":
+        return None
+    lines = decode_lossy(result.stderr).strip().splitlines()
+    said = f": {one_line(lines[-1])}" if lines else ""
+    return f"the op ended {result.limit} with wait status {result.wait_status:#06x}{said}"
+
+
+class Gate:
+    """Hands out the session's start rights: each role's :class:`Starter` exactly once, to its one owner."""
+
+    ROLES = (CASE_SERVICE, PREPARER)
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.given: dict[str, object] = {}
+
+    def starter(self, role: str, owner: object) -> Starter:
+        if role not in self.ROLES:
+            raise OwnershipError(f"{role!r} is not a role that starts sandboxes")
+        if role in self.given:
+            raise OwnershipError(f"the {role}'s starter was already given to {self.given[role]!r}")
+        self.given[role] = owner
+        return Starter(self.session, owner)

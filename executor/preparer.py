@@ -1,0 +1,208 @@
+"""The dependency preparer: resolution and fetch, the only starter of resolvers (DESIGN step 4, C9; docs/pipeline.md).
+
+It runs on the trusted side and never parses candidate bytes. From the
+sealed extraction and the closed plan it makes the resolver's request
+capability (``request.json``: the plan digest, the plan's own requirements
+and the installer wheel; plus that wheel), then:
+
+1. **resolve**: a sandbox with the tools, the sealed candidate, the request
+   and the index, read-only; one op, the resolver (executor/resolver.py),
+   whose standard output is the leaves of ``casebox.resolver.v1``. Each leaf
+   is validated and each PIN ACKed by :class:`~executor.resolverproto.Acceptor`,
+   hashing the named index file itself;
+2. **fetch**: the ACKed pins become a new capability (``pins.json``,
+   ``requirements.txt`` with each pin's hash), and a second sandbox runs
+   ``pip download --no-deps --only-binary=:all: --no-index --find-links
+   /cap/index --require-hashes`` into the writable output ``deps``;
+3. **seal**: ``deps`` is sealed, its inventory digest is the dependency
+   inventory digest, and the sealed files must be exactly the ACKed wheels
+   with the ACKed hashes.
+
+Any refusal, failure or abort is an :class:`Unresolved` with a fixed code
+and a sentence; the case service then gives every case a receipt that never
+started, and the evaluator makes each UNVERIFIED (``dependencies_unresolved``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import stat
+from typing import Callable, Sequence
+
+from executor.environ import SANDBOX_ENV
+from executor.inside import BOOT
+from executor.ownership import PREPARER, Gate, failure_of
+from executor.resolverproto import MAX_PINS, Abort, Acceptor, Failed, Pin, accept, acks_bytes, request_bytes, requirements_bytes
+from executor.runtime import Runtime
+from executor.staging import Staging
+from journal.errors import Refused
+from launcher.protocol import MAX_OUTPUT_CAP
+from steward.api import MIB, Limits, Sealed
+
+DEPS = "deps"
+REQUEST = "request"
+PINS = "pins"
+RESOLVE_TIMEOUT_MS = 120_000
+FETCH_TIMEOUT_MS = 300_000
+DEPS_MAX_BYTES = 512 * MIB
+PIP_ENV = {"PIP_CONFIG_FILE": "/dev/null", "PIP_NO_INPUT": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+PIP_QUIET = ("--no-cache-dir", "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "--quiet")
+_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Dependencies:
+    """A sealed offline bundle: exactly the ACKed pins, with the inventory digest of their sealed output."""
+
+    sealed: Sealed
+    pins: tuple[Pin, ...]
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(sorted(pin.file for pin in self.pins))
+
+
+@dataclasses.dataclass(frozen=True)
+class Unresolved:
+    """Resolution failed: a fixed code, a sentence, and the ``deps`` output as it was sealed (or None)."""
+
+    code: str
+    sentence: str
+    sealed: Sealed | None
+
+
+def pip_argv(runtime: Runtime, *arguments: str) -> list[str]:
+    """pip, run from the installer wheel in the request capability as a zip: never from the network."""
+    return [runtime.interpreter, "-I", f"/cap/{REQUEST}/{runtime.installer.file}/pip", *arguments, *PIP_QUIET]
+
+
+def hash_regular(directory_fd: int, name: str) -> str | None:
+    """The SHA-256 of the regular file ``name`` in ``directory_fd``, or None when there is no such file."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        hasher = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            hasher.update(chunk)
+        return hasher.hexdigest()
+    finally:
+        os.close(fd)
+
+
+class Preparer:
+    """The dependency preparer of one session: it alone starts resolvers."""
+
+    def __init__(
+        self, gate: Gate, session, *, staging: Staging, runtime: Runtime, index_fd: int | None,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.starter = gate.starter(PREPARER, self)
+        self.session = session
+        self.staging = staging
+        self.runtime = runtime
+        self.index_fd = index_fd
+        self.progress = progress
+
+    def __repr__(self) -> str:
+        return PREPARER
+
+    def _sandboxed(self, argv: list[str], *, read: Sequence[str], write: Sequence[str] = (), timeout_ms: int):
+        return self.starter.run_one(
+            argv, read=read, write=write, limits=Limits(tmp_bytes=256 * MIB), env={**SANDBOX_ENV, **PIP_ENV}, cwd="/work",
+            timeout_ms=timeout_ms, stdout_cap=MAX_OUTPUT_CAP, stderr_cap=MAX_OUTPUT_CAP,
+        )
+
+    def _index_sha256(self, file: str) -> str | None:
+        return None if self.index_fd is None else hash_regular(self.index_fd, file)
+
+    def prepare(self, *, plan_digest: str, requirements: Sequence[str], candidate: dict[str, str]) -> Dependencies | Unresolved:
+        """Resolve, fetch and seal the dependencies of the sealed ``candidate`` (project -> version)."""
+        self.staging.directory(
+            REQUEST,
+            {
+                "request.json": request_bytes(plan_digest, requirements, self.runtime.installer.as_dict()),
+                self.runtime.installer.file: self.runtime.installer.data,
+            },
+        ).hand_to(self.session)
+        self.session.create_output(DEPS, max_bytes=DEPS_MAX_BYTES, max_inodes=MAX_PINS + 16)
+        try:
+            pins = self._resolve(candidate)
+            if pins:
+                self._fetch(pins)
+        except _Stop as stop:
+            return Unresolved(stop.code, stop.sentence, self._seal_anyway())
+        sealed = self.session.seal_output(DEPS)
+        problem = self._check_sealed(pins)
+        if problem is not None:
+            return Unresolved("fetched_mismatch", problem, sealed)
+        return Dependencies(sealed, pins)
+
+    def _resolve(self, candidate: dict[str, str]) -> tuple[Pin, ...]:
+        self.progress("resolving the dependencies in a sandbox")
+        read = ["tools", "candidate", REQUEST] + (["index"] if self.index_fd is not None else [])
+        argv = [
+            self.runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "resolve", f"/cap/{REQUEST}", "/cap/candidate/candidate",
+            "/cap/index" if self.index_fd is not None else "-",
+        ]
+        result = self._sandboxed(argv, read=read, timeout_ms=RESOLVE_TIMEOUT_MS)
+        problem = failure_of(result)
+        if problem is not None:
+            raise _Stop("resolver_failed", f"the resolver failed: {problem}")
+        if result.stdout_truncated:
+            raise _Stop("incomplete", "the resolver's output passed its cap")
+        acceptor = Acceptor(python=self.runtime.version, candidate=candidate, index_sha256=self._index_sha256)
+        try:
+            answer = accept(result.stdout, acceptor)
+        except Abort as abort:
+            raise _Stop(abort.code, f"the resolver's answer was refused ({abort.detail})") from None
+        if isinstance(answer, Failed):
+            raise _Stop(answer.reason, f"the resolver found no resolution ({answer.reason}: {answer.requirement})")
+        return answer
+
+    def _fetch(self, pins: tuple[Pin, ...]) -> None:
+        self.progress(f"fetching {len(pins)} dependency wheels with pip in a sandbox")
+        self.staging.directory(PINS, {"pins.json": acks_bytes(pins), "requirements.txt": requirements_bytes(pins)}).hand_to(
+            self.session
+        )
+        argv = pip_argv(
+            self.runtime, "download", "--no-deps", "--only-binary=:all:", "--no-index", "--find-links", "/cap/index",
+            "--require-hashes", "--requirement", f"/cap/{PINS}/requirements.txt", "--dest", f"/out/{DEPS}",
+        )
+        result = self._sandboxed(argv, read=["index", REQUEST, PINS], write=[DEPS], timeout_ms=FETCH_TIMEOUT_MS)
+        problem = failure_of(result)
+        if problem is not None:
+            raise _Stop("fetch_failed", f"pip download failed: {problem}")
+
+    def _seal_anyway(self) -> Sealed | None:
+        try:
+            return self.session.seal_output(DEPS)
+        except Refused:
+            return None
+
+    def _check_sealed(self, pins: tuple[Pin, ...]) -> str | None:
+        fd = self.session.open_output(DEPS)
+        try:
+            found = sorted(os.listdir(fd))
+            expected = sorted(pin.file for pin in pins)
+            if found != expected:
+                return f"the sealed dependencies hold {found}, not the ACKed {expected}"
+            for pin in pins:
+                digest = hash_regular(fd, pin.file)
+                if digest != pin.sha256:
+                    return f"the sealed {pin.file} hashes to {digest}, not the ACKed {pin.sha256}"
+        finally:
+            os.close(fd)
+        return None
+
+
+class _Stop(Exception):
+    def __init__(self, code: str, sentence: str) -> None:
+        super().__init__(sentence)
+        self.code = code
+        self.sentence = sentence

@@ -1,0 +1,291 @@
+"""The resolver protocol, ``casebox.resolver.v1``: numbered closed leaves, each validated and ACKed (docs/pipeline.md).
+
+The resolver runs in its own sandbox as the dedicated UID and answers on its
+standard output with one **leaf** per line: canonical JSON (RFC 8785) and a
+newline, numbered from 0 by ``seq``.
+
+    BEGIN  seq 0        protocol, python (the runtime's version), candidate (projects and versions)
+    PIN    seq 1..n     name, version, file, sha256, required_by: one dependency wheel and who needs it
+    END    seq n+1      pins (= n): nothing follows
+    FAIL   seq k        reason, requirement: resolution failed; nothing follows
+
+The dependency preparer, on the trusted side, feeds the lines in order to an
+:class:`Acceptor`. Each leaf is validated before the next is read, and an
+accepted PIN is ACKed: its ``seq`` becomes the ack number of a pin in the
+ack document, which the preparer materializes as a new read-only capability
+(``pins.json`` and ``requirements.txt``) for the fetch op. Anything unknown,
+out of order, extra, or a wheel whose SHA-256 differs from the trusted side's
+own hash of the index file aborts the resolution with an :class:`Abort`
+naming a fixed code. This module is pure: the encoder the resolver uses, the
+decoder and the acceptor the preparer uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable, Iterable
+
+from executor.manifest import canonical_project, check_wheel_name, wheel_project
+from journal.closed import ClosedObject, check_str
+from journal.errors import Refused
+from journal.strictjson import canonical, loads
+
+PROTOCOL = "casebox.resolver.v1"
+REQUEST_SCHEMA = "casebox.resolver-request.v1"
+ACKS_SCHEMA = "casebox.resolver-acks.v1"
+MAX_LEAF_BYTES = 4_096
+MAX_PINS = 128
+MAX_CANDIDATES = 3
+MAX_REQUIREMENTS = 16
+MAX_REQUIREMENT_BYTES = 512
+LEAVES = ("BEGIN", "PIN", "END", "FAIL")
+# Why the resolver itself gives up (a FAIL leaf).
+FAIL_REASONS = {
+    "no_match": "no wheel of the index satisfies a requirement for this runtime",
+    "conflict": "two requirements on one project admit no common version (the resolver does not backtrack)",
+    "candidate_conflict": "a requirement on one of the candidate's own projects excludes the candidate's version",
+    "metadata": "a wheel's METADATA is missing, unreadable or names another project or version",
+}
+# Why the preparer aborts the protocol.
+ABORTS = {
+    "unknown": "a line is not a closed canonical leaf of a known kind",
+    "out_of_order": "a leaf's seq is not the next number, or its kind cannot come at that point",
+    "extra": "a leaf follows END or FAIL",
+    "incomplete": "the output ended before END or FAIL",
+    "count": "END's pin count differs from the PINs that came before it",
+    "too_many": f"more than {MAX_PINS} pins",
+    "runtime_mismatch": "BEGIN names another Python version than the runtime's",
+    "candidate_mismatch": "BEGIN's candidate projects are not the sealed extraction's wheels",
+    "candidate_pin": "a PIN names one of the candidate's own projects",
+    "duplicate": "a PIN names a project already pinned",
+    "file_mismatch": "a PIN's file is not a wheel of its name and version",
+    "not_in_index": "a PIN's file is not a regular file of the index",
+    "hash_mismatch": "a PIN's sha256 differs from the trusted side's hash of the index file",
+}
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}\Z")
+_PROJECT = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,98}[a-z0-9])?\Z")
+
+
+class Abort(Exception):
+    """The preparer stops the protocol: ``code`` is one of :data:`ABORTS`, ``detail`` says where."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+@dataclasses.dataclass(frozen=True)
+class Pin:
+    """One accepted dependency wheel; ``ack`` is the seq of the PIN leaf that named it."""
+
+    ack: int
+    name: str
+    version: str
+    file: str
+    sha256: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# The encoder (the resolver's side) ------------------------------------------------------------------
+
+
+def leaf(kind: str, seq: int, **fields: object) -> bytes:
+    """One leaf line: canonical JSON and a newline."""
+    return canonical({"leaf": kind, "seq": seq, **fields}) + b"\n"
+
+
+def request_bytes(plan_digest: str, requirements: Iterable[str], installer: dict) -> bytes:
+    """The resolver's input document, ``request.json`` in the request capability."""
+    return canonical(
+        {"schema": REQUEST_SCHEMA, "plan_digest": plan_digest, "requirements": list(requirements), "installer": installer}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    plan_digest: str
+    requirements: tuple[str, ...]
+    installer_file: str
+    installer_sha256: str
+
+
+def request_from_bytes(data: bytes) -> Request:
+    fields = ClosedObject(loads(data, max_bytes=MAX_LEAF_BYTES * 4))
+    fields.pop_const("schema", REQUEST_SCHEMA)
+    plan_digest = fields.pop_str("plan_digest", max_bytes=71)
+    requirements = tuple(
+        check_str(item, path, max_bytes=MAX_REQUIREMENT_BYTES)
+        for path, item in fields.pop_list("requirements", min_items=0, max_items=MAX_REQUIREMENTS)
+    )
+    installer = fields.pop_object("installer")
+    installer_file = check_wheel_name(installer.pop_str("file", max_bytes=100), "$.installer.file")
+    installer_sha256 = installer.pop_sha256("sha256")
+    installer.pop_str("source", max_bytes=16)
+    installer.done()
+    fields.done()
+    return Request(plan_digest, requirements, installer_file, installer_sha256)
+
+
+# The decoder and the acceptor (the preparer's side) ---------------------------------------------------
+
+
+def _decode(line: bytes, seq: int) -> tuple[str, ClosedObject]:
+    where = f"leaf {seq}"
+    if len(line) > MAX_LEAF_BYTES:
+        raise Abort("unknown", f"{where} is longer than {MAX_LEAF_BYTES} bytes")
+    try:
+        value = loads(line, max_bytes=MAX_LEAF_BYTES)
+        fields = ClosedObject(value)
+        kind = fields.pop_str("leaf", max_bytes=8)
+        number = fields.pop_int("seq", low=0, high=MAX_PINS + 2)
+    except Refused as refusal:
+        raise Abort("unknown", f"{where}: {refusal.sentence()}") from None
+    if kind not in LEAVES or canonical(value) != line:
+        raise Abort("unknown", f"{where} is not a canonical leaf of a known kind")
+    if number != seq:
+        raise Abort("out_of_order", f"{where} carries seq {number}")
+    return kind, fields
+
+
+def _pop_project(fields: ClosedObject, key: str) -> str:
+    name = fields.pop_str(key, max_bytes=100)
+    if not _PROJECT.match(name) or canonical_project(name) != name:
+        raise Refused(f"$.{key}", "must be a project name in canonical form")
+    return name
+
+
+def _pop_version(fields: ClosedObject, key: str) -> str:
+    return fields.pop_str(key, max_bytes=64, pattern=_VERSION, rule="must be a version")
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    """The resolver's own FAIL leaf: a reason of :data:`FAIL_REASONS` and the requirement it concerns."""
+
+    reason: str
+    requirement: str
+
+
+class Acceptor:
+    """Validates the resolver's leaves in order and ACKs each accepted PIN.
+
+    ``candidate`` maps each candidate project (canonical name) to its version,
+    taken by the trusted side from the sealed extraction's wheel file names.
+    ``index_sha256(file)`` is the trusted side's SHA-256 of a regular file of
+    the index, or None when there is no such file.
+    """
+
+    def __init__(self, *, python: str, candidate: dict[str, str], index_sha256: Callable[[str], str | None]) -> None:
+        self.python = python
+        self.candidate = dict(candidate)
+        self.index_sha256 = index_sha256
+        self.seq = 0
+        self.pins: list[Pin] = []
+        self.ended: Failed | bool = False
+
+    def feed(self, line: bytes) -> Pin | None:
+        """Accept one leaf line (with or without its newline); the ACKed pin for a PIN, else None."""
+        line = line.removesuffix(b"\n")
+        if self.ended:
+            raise Abort("extra", f"leaf {self.seq} follows {'END' if self.ended is True else 'FAIL'}")
+        kind, fields = _decode(line, self.seq)
+        try:
+            pin = self._leaf(kind, fields)
+        except Refused as refusal:
+            raise Abort("unknown", f"leaf {self.seq} ({kind}): {refusal.sentence()}") from None
+        self.seq += 1
+        return pin
+
+    def _leaf(self, kind: str, fields: ClosedObject) -> Pin | None:
+        if (kind == "BEGIN") != (self.seq == 0):
+            raise Abort("out_of_order", f"leaf {self.seq} is {kind}; BEGIN comes first and only first")
+        if kind == "BEGIN":
+            self._begin(fields)
+            return None
+        if kind == "PIN":
+            return self._pin(fields)
+        if kind == "END":
+            count = fields.pop_int("pins", low=0, high=MAX_PINS)
+            fields.done()
+            if count != len(self.pins):
+                raise Abort("count", f"END says {count} pins after {len(self.pins)}")
+            self.ended = True
+            return None
+        reason = fields.pop_str("reason", max_bytes=32)
+        requirement = fields.pop_str("requirement", max_bytes=MAX_REQUIREMENT_BYTES)
+        fields.done()
+        if reason not in FAIL_REASONS:
+            raise Abort("unknown", f"FAIL leaf {self.seq} gives the unknown reason {reason!r}")
+        self.ended = Failed(reason, requirement)
+        return None
+
+    def _begin(self, fields: ClosedObject) -> None:
+        fields.pop_const("protocol", PROTOCOL)
+        python = fields.pop_str("python", max_bytes=16)
+        candidate = {}
+        for path, item in fields.pop_list("candidate", min_items=1, max_items=MAX_CANDIDATES):
+            entry = ClosedObject(item, path)
+            candidate[_pop_project(entry, "name")] = _pop_version(entry, "version")
+            entry.done()
+        fields.done()
+        if python != self.python:
+            raise Abort("runtime_mismatch", f"BEGIN names Python {python}, the runtime is {self.python}")
+        if candidate != self.candidate:
+            raise Abort("candidate_mismatch", f"BEGIN names {sorted(candidate.items())}, the extraction holds {sorted(self.candidate.items())}")
+
+    def _pin(self, fields: ClosedObject) -> Pin:
+        name = _pop_project(fields, "name")
+        version = _pop_version(fields, "version")
+        file = fields.pop_str("file", max_bytes=100)
+        digest = fields.pop_sha256("sha256")
+        fields.pop_str("required_by", max_bytes=100)
+        fields.done()
+        if len(self.pins) >= MAX_PINS:
+            raise Abort("too_many", f"PIN leaf {self.seq} is pin {MAX_PINS + 1}")
+        if name in self.candidate:
+            raise Abort("candidate_pin", f"PIN leaf {self.seq} pins the candidate's own project {name}")
+        if any(pin.name == name for pin in self.pins):
+            raise Abort("duplicate", f"PIN leaf {self.seq} pins {name} a second time")
+        try:
+            named = wheel_project(file, "$.file")
+        except Refused:
+            named = None
+        if named != (name, version):
+            raise Abort("file_mismatch", f"PIN leaf {self.seq}: {file} is not a wheel of {name} {version}")
+        trusted = self.index_sha256(file)
+        if trusted is None:
+            raise Abort("not_in_index", f"PIN leaf {self.seq}: {file} is not a regular file of the index")
+        if trusted != digest:
+            raise Abort("hash_mismatch", f"PIN leaf {self.seq}: {file} hashes to {trusted}, the leaf says {digest}")
+        pin = Pin(self.seq, name, version, file, digest)
+        self.pins.append(pin)
+        return pin
+
+    def finish(self) -> tuple[Pin, ...] | Failed:
+        """After the last line: the ACKed pins after END, the FAIL leaf after FAIL; an abort otherwise."""
+        if not self.ended:
+            raise Abort("incomplete", f"the output ended after {self.seq} leaves, before END or FAIL")
+        return tuple(self.pins) if self.ended is True else self.ended
+
+
+def accept(output: bytes, acceptor: Acceptor) -> tuple[Pin, ...] | Failed:
+    """Feed every line of the resolver's output, in order, then finish."""
+    if output and not output.endswith(b"\n"):
+        raise Abort("incomplete", "the output's last line has no newline")
+    for line in output.splitlines(keepends=True):
+        acceptor.feed(line)
+    return acceptor.finish()
+
+
+def acks_bytes(pins: Iterable[Pin]) -> bytes:
+    """``pins.json``: the ACKed pins, in ack order."""
+    return canonical({"schema": ACKS_SCHEMA, "pins": [pin.as_dict() for pin in pins]})
+
+
+def requirements_bytes(pins: Iterable[Pin]) -> bytes:
+    """``requirements.txt`` for pip: each ACKed pin exactly, with its hash (``--require-hashes``)."""
+    return "".join(f"{pin.name}=={pin.version} --hash=sha256:{pin.sha256}\n" for pin in pins).encode("ascii")

@@ -1,0 +1,225 @@
+"""One verification attempt, end to end: ``casebox verify`` and ``casebox demo`` (docs/pipeline.md).
+
+1. **preflight** (trusted, data only): the plan, the shard, every path inside
+   its perimeter (F3), the verifier tree and the index through F4, the
+   bundle copied privately and then sized and hashed (T3);
+2. **extract** in a sandbox, then seal; the candidate identity digest is
+   recomputed from the sealed files;
+3. **resolve** and fetch in the dependency preparer's sandboxes, then seal;
+4. **install** once, then **the cases**, one sandbox each, a receipt each (E6);
+5. **cleanup and retirement**: the session closes, proving every process and
+   mount gone, retires the stage into a sealed tombstone and exports the
+   journal, the seal marker and the receipts into the evidence directory;
+6. **evaluate** that directory, exactly as an unprivileged ``casebox
+   evaluate`` would.
+
+The session is the embedded steward's (executor/sessions.py). A failure
+after the session opened abandons it, which still cleans up and retires the
+stage, and then re-raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+from typing import Callable
+
+import executor
+from executor import runtime as runtimes
+from executor import sessions
+from executor.capability import open_capability
+from executor.caseservice import VERIFIER, Blocked, CaseRun, CaseService, check_materializable
+from executor.config import Config
+from executor.evaluate import Expected, Report, evaluate
+from executor.frontend import read_capped
+from executor.inside import MODULES
+from executor.ownership import DirectoryCapability, Gate
+from executor.plan import PLAN_MAX_BYTES, Case, Plan, plan_from_bytes
+from executor.preparer import Preparer, Unresolved
+from executor.receipts import STEP_DEPENDENCIES, Binding
+from executor.shard import cases_for_shard
+from executor.staging import Staging
+from journal.errors import Refused
+
+# One sandbox per case costs the journal about 4.9 KB (its launcher, pid 1, mounts, the op, a junit
+# output), and a stage's journal holds 253,936 bytes before the retirement reserve (J2). Past this
+# many applicable cases a stage could run out of journal mid-attempt, so such a plan is sharded.
+MAX_CASES_PER_STAGE = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """What one ``verify`` is asked to do; every path already resolved inside its perimeter."""
+
+    bundle: str
+    sha256: str
+    plan: str
+    verifier_tree: str
+    attempt_id: str
+    evidence: str
+    index: str | None = None
+    shard: tuple[int, int] | None = None
+    attempt_number: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Verified:
+    """The end of an attempt: the report, the evidence and tombstone paths, the cases' runs and any notes."""
+
+    report: Report
+    evidence: str
+    tombstone: str
+    runs: tuple[CaseRun, ...]
+    notes: tuple[str, ...]
+
+
+def load_plan(path: str) -> Plan:
+    try:
+        plan = plan_from_bytes(read_capped(path, PLAN_MAX_BYTES))
+    except Refused as refusal:
+        raise refusal.under(path) from None
+    check_materializable(plan)
+    return plan
+
+
+def shard_cases(plan: Plan, shard: tuple[int, int] | None) -> list[tuple[int, Case]]:
+    """(plan index, case) of every case this attempt runs, refused past what one stage's journal holds."""
+    chosen = plan.cases if shard is None else cases_for_shard(plan, *shard)
+    cases = [(plan.cases.index(case), case) for case in chosen]
+    applicable = sum(1 for _, case in cases if case.applicable)
+    if applicable > MAX_CASES_PER_STAGE:
+        raise Refused(
+            "--shard" if shard else "--plan",
+            f"gives one stage {applicable} applicable cases, more than the {MAX_CASES_PER_STAGE} one stage's journal holds; "
+            "split the plan with --shard i/n (casebox plan shard)",
+        )
+    return cases
+
+
+def _tools() -> dict[str, bytes]:
+    """casebox's own sandboxed modules, exactly the files they import (executor/inside.py)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(executor.__file__)))
+    files = {}
+    for relative in MODULES:
+        with open(os.path.join(root, relative), "rb") as file:
+            files[relative] = file.read()
+    return files
+
+
+def _evidence_directory(path: str) -> tuple[int, bool]:
+    """The empty evidence directory at ``path`` (created when absent): its descriptor, and whether it was made."""
+    made = True
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        made = False
+    except OSError as error:
+        raise Refused(path, f"cannot be created as the evidence directory ({os.strerror(error.errno)})") from None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(path, "is not a directory; the evidence directory must be a directory or absent") from None
+        raise
+    if os.listdir(fd):
+        os.close(fd)
+        raise Refused(path, "is not empty; an evidence directory holds exactly one stage's evidence")
+    return fd, made
+
+
+def verify(config: Config, request: Attempt, *, progress: Callable[[str], None]) -> Verified:
+    """Run the attempt; refusals (exit 64) come before anything is written."""
+    plan = load_plan(request.plan)
+    cases = shard_cases(plan, request.shard)
+    capabilities: list[DirectoryCapability] = []
+    staging = Staging()
+    index_fd = None
+    try:
+        capabilities.append(DirectoryCapability(VERIFIER, open_capability(request.verifier_tree, state_root=config.state_root)))
+        if request.index is not None:
+            index = open_capability(request.index, state_root=config.state_root)
+            capabilities.append(DirectoryCapability("index", index))
+            index_fd = os.dup(index)
+        progress("preflight: copying and hashing the bundle")
+        capabilities.append(staging.bundle(request.bundle, request.sha256))
+        runtime = runtimes.inspect(index_fd)
+        capabilities.append(staging.directory("tools", _tools()))
+        evidence_fd, made = _evidence_directory(request.evidence)
+        try:
+            return _attempt(config, request, plan, cases, capabilities, staging, runtime, index_fd, evidence_fd, progress)
+        except BaseException:
+            if made and not os.listdir(evidence_fd):
+                os.rmdir(request.evidence)
+            raise
+        finally:
+            os.close(evidence_fd)
+    finally:
+        for capability in capabilities:
+            if capability.state == "open":
+                capability.close()
+        if index_fd is not None:
+            os.close(index_fd)
+        staging.close()
+
+
+def _attempt(config, request, plan, cases, capabilities, staging, runtime, index_fd, evidence_fd, progress) -> Verified:
+    progress(f"opening a session for attempt {request.attempt_id}")
+    session = sessions.open_session(config, request.attempt_id)
+    closing = False
+    try:
+        for capability in capabilities:
+            capability.hand_to(session)
+        gate = Gate(session)
+        service = CaseService(gate, session, runtime=runtime, progress=progress)
+        preparer = Preparer(gate, session, staging=staging, runtime=runtime, index_fd=index_fd, progress=progress)
+        runs, notes = _cases(session, service, preparer, request, plan, cases, runtime)
+        progress("cleanup and retirement")
+        closing = True
+        closed = session.close(evidence_fd)
+    except BaseException:
+        if not closing:
+            # Clean up and retire all the same (SESSION_ABANDONED), then report what went wrong.
+            try:
+                session.abandon()
+            except Exception:
+                pass
+        raise
+    progress("evaluating the evidence")
+    judged = frozenset(case.id for _, case in cases)
+    expected = Expected(plan, request.attempt_id, request.sha256, request.attempt_number, judged)
+    report = evaluate(expected, [request.evidence])
+    return Verified(report, request.evidence, closed.tombstone, tuple(runs), tuple(notes))
+
+
+def _cases(session, service, preparer, request, plan, cases, runtime) -> tuple[list[CaseRun], list[str]]:
+    extraction = service.extract()
+    if isinstance(extraction, Blocked):
+        return [], [f"{extraction.sentence}; no case can run, so none has a receipt"]
+    notes = []
+    requirements = ["pytest"] if any(case.op == "pytest" and case.applicable for _, case in cases) else []
+    dependencies = preparer.prepare(plan_digest=plan.digest, requirements=requirements, candidate=extraction.projects)
+    blocked = None
+    if isinstance(dependencies, Unresolved):
+        notes.append(f"dependencies unresolved ({dependencies.code}): {dependencies.sentence}")
+        blocked = Blocked(STEP_DEPENDENCIES, dependencies.sentence)
+        if dependencies.sealed is None:
+            return [], notes + ["the dependency output could not be sealed, so no receipt can name its digest"]
+    else:
+        installed = service.install(extraction, dependencies)
+        if isinstance(installed, Blocked):
+            notes.append(installed.sentence)
+            blocked = installed
+    binding = Binding(
+        attempt_id=request.attempt_id,
+        attempt_number=request.attempt_number,
+        plan_digest=plan.digest,
+        candidate_digest=extraction.candidate_digest,
+        bundle_sha256=request.sha256,
+        dependency_inventory_digest=dependencies.sealed.inventory_digest,
+        runtime_inventory_digest=runtime.digest,
+        stage_id=session.info().stage_id,
+    )
+    runs = service.run_cases(cases, binding, blocked)
+    notes += [f"case {run.case_id}: {run.sentence}" for run in runs if run.sentence and blocked is None]
+    return runs, notes
