@@ -48,19 +48,21 @@ class CloseOnce:
         self.owner = owner
         self.state = OPEN
 
-    def _spend(self, verb: str, owner: object, state: str) -> None:
+    def _check(self, verb: str, owner: object) -> None:
         if owner is not self.owner:
             raise OwnershipError(f"{self.what} belongs to {self.owner!r}; {owner!r} cannot {verb} it")
         if self.state != OPEN:
             raise OwnershipError(f"{self.what} was already {self.state}; it is taken or closed exactly once")
-        self.state = state
 
     def take(self, owner: object = None):
-        self._spend("take", owner, TAKEN)
-        return self._taken()
+        self._check("take", owner)
+        given = self._taken()
+        self.state = TAKEN
+        return given
 
     def close(self, owner: object = None):
-        self._spend("close", owner, CLOSED)
+        self._check("close", owner)
+        self.state = CLOSED
         return self._closed()
 
     cancel = close

@@ -218,9 +218,8 @@ class Resolution:
         yield leaf("END", seq, pins=seq - 1)
 
 
-def _packaging(installer: str):
-    """packaging, as the installer wheel vendors it, imported from the zip (never candidate code)."""
-    sys.path.insert(0, installer)
+def vendored_packaging():
+    """packaging as pip vendors it; in the sandbox pip is the installer wheel, imported from its zip."""
     import pip._vendor.packaging.markers
     import pip._vendor.packaging.requirements
     import pip._vendor.packaging.specifiers
@@ -236,7 +235,8 @@ def main(argv: Sequence[str]) -> int:
     request_dir, candidate_dir, index_dir = argv
     with open(os.path.join(request_dir, REQUEST), "rb") as file:
         request = request_from_bytes(file.read(1 << 16))
-    packaging = _packaging(os.path.join(request_dir, request.installer_file))
+    sys.path.insert(0, os.path.join(request_dir, request.installer_file))
+    packaging = vendored_packaging()
     resolution = Resolution(
         packaging, candidate_dir=candidate_dir, index_dir=None if index_dir == "-" else index_dir,
         requirements=request.requirements,

@@ -41,11 +41,22 @@ from executor.receipts import STEP_DEPENDENCIES, Binding
 from executor.shard import cases_for_shard
 from executor.staging import Staging
 from journal.errors import Refused
+from journal.format import RESERVE_START
 
-# One sandbox per case costs the journal about 4.9 KB (its launcher, pid 1, mounts, the op, a junit
-# output), and a stage's journal holds 253,936 bytes before the retirement reserve (J2). Past this
-# many applicable cases a stage could run out of journal mid-attempt, so such a plan is sharded.
-MAX_CASES_PER_STAGE = 40
+# A stage's journal holds RESERVE_START bytes before the retirement reserve (J2). Measured on the demo
+# (docs/pipeline.md, "The journal budget"): one case sandbox with its junit output costs 6,208 bytes
+# with a 15-byte state root, and everything else (genesis, extraction, resolution, fetch, install,
+# their outputs, a helper attempt, cleanup evidence) 26,608; the output records grow 4 bytes per
+# case, 24 in all, per byte of the state root's path. The constants below add margin for longer
+# pids and start times and two more helper attempts.
+CASE_JOURNAL_BYTES = 6_656
+FIXED_JOURNAL_BYTES = 32_768
+
+
+def cases_per_stage(state_root: str) -> int:
+    """How many applicable cases one stage's journal has room for with this state root."""
+    length = len(state_root.encode("utf-8"))
+    return (RESERVE_START - FIXED_JOURNAL_BYTES - 24 * length) // (CASE_JOURNAL_BYTES + 4 * length)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,16 +94,17 @@ def load_plan(path: str) -> Plan:
     return plan
 
 
-def shard_cases(plan: Plan, shard: tuple[int, int] | None) -> list[tuple[int, Case]]:
-    """(plan index, case) of every case this attempt runs, refused past what one stage's journal holds."""
+def shard_cases(plan: Plan, shard: tuple[int, int] | None, state_root: str) -> list[tuple[int, Case]]:
+    """(plan index, case) of every case this attempt runs, refused past what one stage's journal holds (J2)."""
     chosen = plan.cases if shard is None else cases_for_shard(plan, *shard)
     cases = [(plan.cases.index(case), case) for case in chosen]
     applicable = sum(1 for _, case in cases if case.applicable)
-    if applicable > MAX_CASES_PER_STAGE:
+    room = cases_per_stage(state_root)
+    if applicable > room:
         raise Refused(
             "--shard" if shard else "--plan",
-            f"gives one stage {applicable} applicable cases, more than the {MAX_CASES_PER_STAGE} one stage's journal holds; "
-            "split the plan with --shard i/n (casebox plan shard)",
+            f"gives one stage {applicable} applicable cases, more than the {room} its journal has room for; "
+            "split the plan across stages with --shard i/n (casebox plan shard)",
         )
     return cases
 
@@ -131,7 +143,7 @@ def _evidence_directory(path: str) -> tuple[int, bool]:
 def verify(config: Config, request: Attempt, *, progress: Callable[[str], None]) -> Verified:
     """Run the attempt; refusals (exit 64) come before anything is written."""
     plan = load_plan(request.plan)
-    cases = shard_cases(plan, request.shard)
+    cases = shard_cases(plan, request.shard, config.state_root)
     capabilities: list[DirectoryCapability] = []
     staging = Staging()
     index_fd = None

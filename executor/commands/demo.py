@@ -75,7 +75,9 @@ def _demo(args: argparse.Namespace) -> int:
     )
     verified = verify(config, request, progress=progress)
     report = verified.report
-    print(f"attempt: {request.attempt_id}  bundle: {request.bundle}  sha256: {request.sha256}")
+    print(f"attempt: {request.attempt_id}")
+    print(f"bundle: {request.bundle}")
+    print(f"sha256: {request.sha256}")
     print(table(report, DESIGNED))
     for note in verified.notes:
         print(f"note: {note}")

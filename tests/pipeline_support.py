@@ -1,0 +1,126 @@
+"""An in-memory stand-in for the steward session API (docs/steward-protocol.md), for the pipeline's unit tests.
+
+It keeps outputs as plain directories, answers each op with what a test
+scripts, and records every call, so the case service, the dependency
+preparer and the ownership rules can be tested without root. The real
+session is exercised end to end by tests/test_verify.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import shutil
+from typing import Callable
+
+from executor.receipts import Binding
+from executor.runtime import Installer, Runtime
+from steward.api import Opened, OpOutcome, Ready, Sealed
+from steward.failure import SandboxFailure
+
+HEAD = "ab" * 32
+BINDING = Binding(
+    attempt_id="run-1",
+    attempt_number=1,
+    plan_digest="sha256:" + "1" * 64,
+    candidate_digest="sha256:" + "2" * 64,
+    bundle_sha256="3" * 64,
+    dependency_inventory_digest="sha256:" + "4" * 64,
+    runtime_inventory_digest="sha256:" + "5" * 64,
+    stage_id="stage-1",
+)
+RUNTIME = Runtime(
+    interpreter="/usr/bin/python3.11",
+    version="3.11.2",
+    installer=Installer("pip-24.2-py3-none-any.whl", "6" * 64, "index", b"not a wheel"),
+    document={},
+)
+
+
+def outcome(op_id: str = "s.op-1", *, limit: str = "OK", wait_status: int = 0, stdout: bytes = b"", started: bool = True) -> OpOutcome:
+    return OpOutcome(
+        sandbox="s", op_id=op_id, pid=4242, starttime=99, pgid=4242, started=started, wait_status=wait_status,
+        descendants_reaped=0, limit=limit if started else None, wall_ms=5 if started else None,
+        cpu_ms=4 if started else None, max_rss_kib=1000 if started else None, stdout=stdout, stderr=b"",
+        stdout_truncated=False, stderr_truncated=False, step=None if started else "execve",
+        errno=None if started else 2, terminal_head=HEAD, head=HEAD,
+    )
+
+
+@dataclasses.dataclass
+class Op:
+    argv: list[str]
+    read: list[str]
+    write: list[str]
+    outputs: dict[str, pathlib.Path]
+
+
+class FakeSession:
+    """The session API in memory. ``answer(op)`` returns the OpOutcome of each op (default: exit 0);
+    ``failing_starts`` holds the numbers (from 1) of the sandbox starts that fail."""
+
+    def __init__(self, root: pathlib.Path, answer: Callable[[Op], OpOutcome] | None = None, failing_starts=()) -> None:
+        self.root = root
+        (root / "live").mkdir(parents=True)
+        (root / "sealed").mkdir()
+        self.answer = answer or (lambda op: outcome(f"s.op-{len(self.ops)}"))
+        self.failing_starts = set(failing_starts)
+        self.capabilities: dict[str, int] = {}
+        self.starts = 0
+        self.open: tuple[list[str], list[str]] | None = None
+        self.ops: list[Op] = []
+        self.published: dict[str, bytes] = {}
+        self.closed_sandboxes = 0
+
+    def info(self) -> Opened:
+        return Opened("stage-1", "journal-1", "run-1", HEAD)
+
+    def add_capability(self, name: str, fd: int) -> None:
+        assert name not in self.capabilities
+        self.capabilities[name] = fd
+
+    def create_output(self, name: str, *, max_bytes: int = 0, max_inodes: int = 0) -> None:
+        (self.root / "live" / name).mkdir()
+
+    def start_sandbox(self, *, read=(), write=(), limits=None) -> Ready:
+        assert self.open is None, "one sandbox at a time"
+        self.starts += 1
+        if self.starts in self.failing_starts:
+            raise SandboxFailure(f"start {self.starts} failed on purpose")
+        self.open = (list(read), list(write))
+        return Ready(f"s{self.starts}", HEAD, ("1",) * 4, ("1",) * 4, "", 1, 0, 0, True, True)
+
+    def run(self, argv, **op) -> OpOutcome:
+        assert self.open is not None
+        read, write = self.open
+        record = Op(list(argv), read, write, {name: self.root / "live" / name for name in write})
+        self.ops.append(record)
+        return self.answer(record)
+
+    def close_sandbox(self) -> str:
+        assert self.open is not None
+        self.open = None
+        self.closed_sandboxes += 1
+        return HEAD
+
+    def seal_output(self, name: str) -> Sealed:
+        source = self.root / "live" / name
+        target = self.root / "sealed" / name
+        shutil.move(source, target)
+        files = sorted(path for path in target.rglob("*") if path.is_file())
+        digest = hashlib.sha256(b"".join(path.name.encode() + path.read_bytes() for path in files)).hexdigest()
+        return Sealed(name, f"sha256:{digest}", len(files), 0, sum(path.stat().st_size for path in files))
+
+    def open_output(self, name: str) -> int:
+        return os.open(self.root / "sealed" / name, os.O_RDONLY | os.O_DIRECTORY)
+
+    def publish(self, name: str, data: bytes) -> None:
+        assert name not in self.published
+        self.published[name] = data
+
+    def release(self) -> None:
+        for fd in self.capabilities.values():
+            os.close(fd)
+        self.capabilities = {}

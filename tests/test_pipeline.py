@@ -1,0 +1,209 @@
+"""The case service and the dependency preparer against an in-memory session: E6, E5 plumbing, resolver aborts, C9 roles."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
+
+from executor.caseservice import CASE_ENV, SITE_PATH, Blocked, CaseService, case_argv, check_materializable
+from executor.evaluate import outcome_status
+from executor.junit import MISSING, READ
+from executor.ownership import Gate, OwnershipError
+from executor.plan import Case, Plan
+from executor.preparer import Dependencies, Preparer, Unresolved
+from executor.receipts import STEP_DEPENDENCIES, receipt_from_bytes
+from executor.resolverproto import leaf
+from executor.staging import Staging
+from journal.errors import Refused
+
+JUNIT = b'<testsuites><testsuite name="t"><testcase name="a"/><testcase name="b"/></testsuite></testsuites>'
+PLAN = Plan(
+    (
+        Case("c0", "pytest", ("tests/test_x.py",), 1000, True, 0),
+        Case("c1", "python-module", ("demo_app",), 1000, True, 0),
+        Case("c2", "console-script", ("demo-app", "--flag"), 1000, True, 0),
+        Case("c3", "pytest", (), 1000, False, 0),
+    )
+)
+CASES = list(enumerate(PLAN.cases))
+
+
+@pytest.fixture
+def staging():
+    place = Staging()
+    yield place
+    place.close()
+
+
+def service_for(session) -> CaseService:
+    return CaseService(Gate(session), session, runtime=RUNTIME, progress=lambda line: None)
+
+
+def receipts(session) -> dict:
+    return {receipt_from_bytes(data).case_id: receipt_from_bytes(data) for data in session.published.values()}
+
+
+# --- materialization ----------------------------------------------------------------------------
+
+
+def test_each_op_is_materialized_as_docs_plan_says():
+    """S7: the plan's op, exactly, with no shell; -S keeps the host's site-packages out; pytest writes its junit report."""
+    assert case_argv("/usr/bin/python3.11", PLAN.cases[1], None) == ["/usr/bin/python3.11", "-S", "-m", "demo_app"]
+    assert case_argv("/usr/bin/python3.11", PLAN.cases[2], None) == ["/usr/bin/python3.11", "-S", f"{SITE_PATH}/bin/demo-app", "--flag"]
+    assert case_argv("/usr/bin/python3.11", PLAN.cases[0], "/out/junit-0/junit.xml") == [
+        "/usr/bin/python3.11", "-S", "-m", "pytest", "--junitxml=/out/junit-0/junit.xml", "tests/test_x.py",
+    ]
+    assert CASE_ENV["PYTHONPATH"] == SITE_PATH and "GIT_DIR" not in CASE_ENV
+
+
+@pytest.mark.parametrize(
+    "case", [Case("m", "python-module", (), 1, True, 0), Case("s", "console-script", ("../bin/x",), 1, True, 0), Case("e", "console-script", (), 1, True, 0)]
+)
+def test_an_op_that_cannot_be_materialized_is_refused(case):
+    """F1: a python-module needs its module, a console-script a plain script name; refused naming the field."""
+    with pytest.raises(Refused, match=r"\$\.cases\[0\]\.args"):
+        check_materializable(Plan((case,)))
+
+
+# --- E6: no fail-fast ---------------------------------------------------------------------------
+
+
+def test_every_case_gets_a_receipt_whatever_happened_before_it(tmp_path):
+    """E6: a timed-out case, a sandbox that failed to start and a failing exit stop nothing; N/A is not run."""
+
+    def answer(op):
+        if "pytest" in op.argv:
+            return outcome("s1.op-1", limit="TIMEOUT", wait_status=9)
+        return outcome("s3.op-1", limit="EXIT_NONZERO", wait_status=1 << 8)
+
+    session = FakeSession(tmp_path / "s", answer, failing_starts={2})
+    runs = service_for(session).run_cases(CASES, BINDING, None)
+    found = receipts(session)
+    assert [run.case_id for run in runs] == ["c0", "c1", "c2"] and set(found) == {"c0", "c1", "c2"}
+    assert found["c0"].outcome.limit == "TIMEOUT" and found["c0"].pytest.report == MISSING
+    assert found["c1"].process is None and found["c1"].outcome.not_started.step == "sandbox"
+    assert outcome_status(PLAN.cases[1], found["c1"]) == ("UNVERIFIED", "sandbox_failed")
+    assert found["c2"].outcome.limit == "EXIT_NONZERO" and found["c2"].process.pid == 4242
+    assert session.open is None
+
+
+def test_a_blocked_attempt_gives_every_case_a_receipt_that_says_why(tmp_path):
+    """E6, C1: when the dependencies could not be resolved no case runs, and each says so, with no process."""
+    session = FakeSession(tmp_path / "s")
+    service_for(session).run_cases(CASES, BINDING, Blocked(STEP_DEPENDENCIES, "no wheel of six"))
+    found = receipts(session)
+    assert set(found) == {"c0", "c1", "c2"} and session.ops == []
+    for case in PLAN.cases[:3]:
+        receipt = found[case.id]
+        assert receipt.process is None and receipt.outcome.wait_status is None
+        assert outcome_status(case, receipt) == ("UNVERIFIED", "dependencies_unresolved")
+    assert found["c0"].pytest.report == MISSING
+
+
+def test_a_pytest_case_reads_its_junit_report_from_its_own_sealed_output(tmp_path):
+    """E5: the report comes out through the case's own output, sealed before anything else runs."""
+
+    def answer(op):
+        (op.outputs["junit-0"] / "junit.xml").write_bytes(JUNIT)
+        return outcome()
+
+    session = FakeSession(tmp_path / "s", answer)
+    service_for(session).run_cases(CASES[:1], BINDING, None)
+    receipt = receipts(session)["c0"]
+    assert receipt.pytest.report == READ and receipt.pytest.counts.tests == 2
+    assert session.ops[0].write == ["junit-0"] and session.ops[0].read == ["site", "verifier"]
+    assert (tmp_path / "s" / "sealed" / "junit-0" / "junit.xml").exists()
+
+
+def test_the_case_service_owns_the_sandbox_right(tmp_path):
+    """C9: once the case service holds the sandbox right, nobody else gets it."""
+    session = FakeSession(tmp_path / "s")
+    gate = Gate(session)
+    CaseService(gate, session, runtime=RUNTIME, progress=lambda line: None)
+    with pytest.raises(OwnershipError):
+        CaseService(gate, session, runtime=RUNTIME, progress=lambda line: None)
+
+
+# --- the dependency preparer ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def index(tmp_path):
+    directory = tmp_path / "index"
+    directory.mkdir()
+    (directory / "lib-1.0-py3-none-any.whl").write_bytes(b"lib wheel bytes")
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    yield directory, fd
+    os.close(fd)
+
+
+LIB_SHA = hashlib.sha256(b"lib wheel bytes").hexdigest()
+BEGIN = leaf("BEGIN", 0, protocol="casebox.resolver.v1", python="3.11.2", candidate=[{"name": "demo-app", "version": "1.0"}])
+PIN = leaf("PIN", 1, name="lib", version="1.0", file="lib-1.0-py3-none-any.whl", sha256=LIB_SHA, required_by="demo-app")
+END = leaf("END", 2, pins=1)
+
+
+def prepare(tmp_path, staging, index, resolve_stdout: bytes, fetched: dict[str, bytes] | None = None):
+    def answer(op):
+        if "resolve" in op.argv:
+            return outcome(stdout=resolve_stdout)
+        for name, data in (fetched or {}).items():
+            (op.outputs["deps"] / name).write_bytes(data)
+        return outcome()
+
+    session = FakeSession(tmp_path / "s", answer)
+    preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
+    result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=["pytest"], candidate={"demo-app": "1.0"})
+    session.release()
+    return result, session
+
+
+def test_accepted_pins_are_fetched_and_sealed(tmp_path, staging, index):
+    """Step 4: the ACKed pins become the fetch op's capability; the sealed output holds exactly them."""
+    result, session = prepare(tmp_path, staging, index, BEGIN + PIN + END, {"lib-1.0-py3-none-any.whl": b"lib wheel bytes"})
+    assert isinstance(result, Dependencies) and result.files == ("lib-1.0-py3-none-any.whl",)
+    fetch = session.ops[1]
+    assert fetch.read == ["index", "request", "pins"] and fetch.write == ["deps"]
+    assert fetch.argv[2] == f"/cap/request/{RUNTIME.installer.file}/pip" and "--require-hashes" in fetch.argv
+    assert {"--no-deps", "--only-binary=:all:", "--no-index"} <= set(fetch.argv)
+    with open(os.path.join(staging.path, "pins", "requirements.txt")) as requirements:
+        assert requirements.read() == f"lib==1.0 --hash=sha256:{LIB_SHA}\n"
+
+
+@pytest.mark.parametrize(
+    "stdout, code",
+    [
+        (BEGIN + b'{"leaf":"HELLO","seq":1}\n' + END, "unknown"),
+        (BEGIN + END + PIN, "out_of_order"),
+        (BEGIN + PIN + END + leaf("END", 3, pins=1), "extra"),
+        (BEGIN + PIN.replace(LIB_SHA.encode(), b"e" * 64) + END, "hash_mismatch"),
+    ],
+)
+def test_a_refused_answer_leaves_the_dependencies_unresolved(tmp_path, staging, index, stdout, code):
+    """Step 4: unknown, out of order, extra, or a wheel whose hash differs: resolution fails, nothing is fetched."""
+    result, session = prepare(tmp_path, staging, index, stdout)
+    assert isinstance(result, Unresolved) and result.code == code
+    assert result.sealed is not None and len(session.ops) == 1
+
+
+@pytest.mark.parametrize(
+    "fetched", [{}, {"lib-1.0-py3-none-any.whl": b"other bytes"}, {"lib-1.0-py3-none-any.whl": b"lib wheel bytes", "extra.whl": b"x"}]
+)
+def test_fetched_wheels_must_be_exactly_the_acked_ones(tmp_path, staging, index, fetched):
+    """Step 4: the sealed bundle holds the ACKed wheels with the ACKed hashes, and nothing else."""
+    result, _ = prepare(tmp_path, staging, index, BEGIN + PIN + END, fetched)
+    assert isinstance(result, Unresolved) and result.code == "fetched_mismatch"
+
+
+def test_a_resolver_that_fails_leaves_the_dependencies_unresolved(tmp_path, staging, index):
+    def answer(op):
+        return outcome(limit="EXIT_NONZERO", wait_status=1 << 8)
+
+    session = FakeSession(tmp_path / "s", answer)
+    preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
+    result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=[], candidate={"demo-app": "1.0"})
+    session.release()
+    assert isinstance(result, Unresolved) and result.code == "resolver_failed"

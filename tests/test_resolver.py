@@ -1,0 +1,179 @@
+"""The resolver (executor/resolver.py): METADATA only, markers for the runtime, highest compatible pin, no backtracking."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from executor import inside
+from executor.preparer import hash_regular
+from executor.resolver import Resolution, vendored_packaging
+from executor.resolverproto import Acceptor, accept, request_bytes
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+RUNTIME = "/usr/bin/python3"
+packaging = vendored_packaging()
+
+
+def wheel(directory: pathlib.Path, name: str, version: str, *requires: str, python: str | None = None, code: str = "") -> str:
+    """A minimal wheel: METADATA (and a module whose import would leave a mark)."""
+    file = f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines += [f"Requires-Python: {python}"] if python else []
+    lines += [f"Requires-Dist: {requirement}" for requirement in requires]
+    dist = f"{name.replace('-', '_')}-{version}.dist-info"
+    with zipfile.ZipFile(directory / file, "w") as archive:
+        archive.writestr(f"{name.replace('-', '_')}/__init__.py", code)
+        archive.writestr(f"{dist}/METADATA", "\n".join(lines) + "\n")
+        archive.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    return file
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    candidate, index = tmp_path / "candidate", tmp_path / "index"
+    candidate.mkdir()
+    index.mkdir()
+    return candidate, index
+
+
+def resolve(candidate, index, *requirements: str) -> list[dict]:
+    resolution = Resolution(packaging, candidate_dir=str(candidate), index_dir=str(index), requirements=requirements)
+    return [json.loads(line) for line in resolution.leaves()]
+
+
+def pins(leaves: list[dict]) -> list[tuple[str, str]]:
+    return [(leaf["name"], leaf["version"]) for leaf in leaves if leaf["leaf"] == "PIN"]
+
+
+def test_it_pins_the_highest_compatible_version_and_follows_its_requirements(dirs):
+    """Step 4: the highest version allowed, then that wheel's own Requires-Dist, breadth first."""
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0", "lib>=1,<3")
+    for version in ("1.0", "2.0", "3.0"):
+        wheel(index, "lib", version, "base")
+    wheel(index, "base", "1.0")
+    leaves = resolve(candidate, index)
+    assert pins(leaves) == [("lib", "2.0"), ("base", "1.0")]
+    assert leaves[-1] == {"leaf": "END", "pins": 2, "seq": 3}
+
+
+def test_markers_are_evaluated_for_the_runtime(dirs):
+    """Requires-Dist markers for another Python or platform are left out; extras only when asked for."""
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0", 'old ; python_version < "3.0"', 'win ; sys_platform == "win32"', "tool[cli]", 'doc ; extra == "docs"')
+    wheel(index, "tool", "1.0", 'click ; extra == "cli"')
+    wheel(index, "click", "8.0")
+    for name in ("old", "win", "doc"):
+        wheel(index, name, "1.0")
+    assert pins(resolve(candidate, index)) == [("tool", "1.0"), ("click", "8.0")]
+
+
+def test_requires_python_rules_a_version_out(dirs):
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0", "lib")
+    wheel(index, "lib", "2.0", python=">=4")
+    wheel(index, "lib", "1.0", python=">=3")
+    assert pins(resolve(candidate, index)) == [("lib", "1.0")]
+
+
+def test_the_plans_requirements_are_resolved_too(dirs):
+    """A shard with a pytest case needs pytest, whatever the candidate declares."""
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0")
+    wheel(index, "pytest", "8.0")
+    leaves = resolve(candidate, index, "pytest")
+    assert pins(leaves) == [("pytest", "8.0")] and leaves[1]["required_by"] == "plan"
+
+
+def test_the_candidates_own_projects_are_never_pinned(dirs):
+    candidate, index = dirs
+    wheel(candidate, "demo-core", "1.0")
+    wheel(candidate, "demo-greet", "1.0", "demo-core==1.0")
+    wheel(index, "demo-core", "9.0")
+    assert pins(resolve(candidate, index)) == []
+
+
+@pytest.mark.parametrize(
+    "requires, index_wheels, reason",
+    [
+        (("missing",), [], "no_match"),
+        (("lib>=5",), [("lib", "1.0")], "no_match"),
+        (("lib", "other"), [("lib", "2.0"), ("other", "1.0", "lib<2")], "conflict"),
+        (("demo-app>=2",), [], "candidate_conflict"),
+    ],
+)
+def test_a_resolution_that_fails_says_why(dirs, requires, index_wheels, reason):
+    """No backtracking: a requirement the pins cannot meet is a FAIL leaf with a reason from the closed set."""
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0", *requires)
+    for name, version, *more in index_wheels:
+        wheel(index, name, version, *more)
+    assert resolve(candidate, index)[-1]["leaf"] == "FAIL"
+    assert resolve(candidate, index)[-1]["reason"] == reason
+
+
+def test_a_wheel_whose_metadata_names_another_project_fails(dirs):
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0", "lib")
+    file = wheel(index, "lib", "1.0")
+    os.rename(index / file, index / "lib-2.0-py3-none-any.whl")
+    assert resolve(candidate, index)[-1]["reason"] == "metadata"
+
+
+def test_the_leaves_pass_the_preparers_acceptor(dirs):
+    """What the resolver writes is what the preparer accepts, with the trusted side's own hashes."""
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0", "lib")
+    wheel(index, "lib", "1.0")
+    resolution = Resolution(packaging, candidate_dir=str(candidate), index_dir=str(index), requirements=())
+    fd = os.open(index, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        acceptor = Acceptor(python=resolution.python, candidate={"demo-app": "1.0"}, index_sha256=lambda f: hash_regular(fd, f))
+        answer = accept(b"".join(resolution.leaves()), acceptor)
+    finally:
+        os.close(fd)
+    assert [pin.name for pin in answer] == ["lib"]
+
+
+def test_resolution_never_imports_candidate_code(dirs, tmp_path):
+    """DESIGN step 4: METADATA is read as data; a candidate module that would act on import never runs."""
+    candidate, index = dirs
+    mark = tmp_path / "imported"
+    code = f"open({str(mark)!r}, 'w').write('ran')\n"
+    wheel(candidate, "demo-app", "1.0", "lib", code=code)
+    wheel(index, "lib", "1.0", code=code)
+    before = set(sys.modules)
+    resolve(candidate, index)
+    assert not mark.exists()
+    assert not {name for name in set(sys.modules) - before if name.startswith(("demo_app", "lib"))}
+
+
+@pytest.mark.skipif(not os.access(RUNTIME, os.X_OK), reason="no /usr/bin/python3")
+def test_the_tools_run_from_their_module_list_alone(dirs, tmp_path):
+    """The tools capability holds exactly inside.MODULES; with only those, -I -S, the resolver answers."""
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0", "lib")
+    wheel(index, "lib", "1.0")
+    tools = tmp_path / "tools"
+    for relative in inside.MODULES:
+        (tools / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tools / relative).write_bytes((REPO / relative).read_bytes())
+    request = tmp_path / "request"
+    request.mkdir()
+    pip_wheel = sorted((REPO / "examples" / "index").glob("pip-*.whl"))[-1]
+    (request / pip_wheel.name).write_bytes(pip_wheel.read_bytes())
+    (request / "request.json").write_bytes(request_bytes("sha256:" + "0" * 64, [], {"file": pip_wheel.name, "sha256": "0" * 64, "source": "index"}))
+    boot = inside.BOOT.replace(repr(inside.TOOLS), repr(str(tools)))
+    answer = subprocess.run(
+        [RUNTIME, "-I", "-S", "-B", "-c", boot, "resolve", str(request), str(candidate), str(index)],
+        capture_output=True, env={}, timeout=60,
+    )
+    assert answer.returncode == 0, answer.stderr
+    assert [json.loads(line)["leaf"] for line in answer.stdout.splitlines()] == ["BEGIN", "PIN", "END"]

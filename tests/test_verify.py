@@ -1,0 +1,316 @@
+"""casebox verify and casebox demo, end to end as root, and every refusal before anything is written (docs/pipeline.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import tempfile
+
+import psutil
+import pytest
+
+from executor import bundle as bundles
+from executor import pack, runtime, wheelbuild
+from executor.commands.demo import DESIGNED, DESIGNED_VERDICT
+from executor.receipts import receipt_from_bytes
+from executor.verify import cases_per_stage
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+NOBODY = 65534
+# The spec of the demo (examples/README.md): what each of the ten cases gets, with its reason.
+EXPECTED = {
+    "pass": ("PASS", "passed"),
+    "assertion-failure": ("FAIL", "exit_mismatch"),
+    "import-core": ("PASS", "passed"),
+    "import-greet": ("PASS", "passed"),
+    "import-extra": ("PASS", "passed"),
+    "console-script": ("PASS", "passed"),
+    "timeout": ("UNVERIFIED", "timeout"),
+    "not-applicable": ("N/A", "not_applicable"),
+    "output-cap": ("UNVERIFIED", "output"),
+    "network-denied": ("PASS", "passed"),
+}
+
+
+def mounts(own: pathlib.Path) -> set[str]:
+    """The host mount table (root and mount point of each line), leaving out the outputs that other root
+    suites running side by side mount under their own pytest directories."""
+    others = os.path.join(tempfile.gettempdir(), "pytest-of-")
+    with open("/proc/self/mountinfo") as info:
+        points = {tuple(line.split()[3:5]) for line in info}
+    return {f"{root} {point}" for root, point in points if not point.startswith(others) or point.startswith(str(own))}
+
+
+def staging_dirs() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("casebox-staging-")}
+
+
+def dedicated_processes(uid: int) -> list[int]:
+    found = []
+    for process in psutil.process_iter(["pid", "uids", "gids"]):
+        uids, gids = process.info["uids"], process.info["gids"]
+        if uids and (uid in uids or uid in gids):
+            found.append(process.info["pid"])
+    return found
+
+
+def table(stdout: str) -> dict[str, tuple[str, ...]]:
+    """The rows of a verdict table: case -> the other columns."""
+    rows = {}
+    for line in stdout.splitlines():
+        cells = line.split()
+        if cells and cells[0] in EXPECTED:
+            rows[cells[0]] = tuple(cells[1:])
+    return rows
+
+
+def value(stdout: str, key: str) -> str:
+    return re.search(rf"^{key}: (\S+)", stdout, re.M).group(1)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, sandbox_ids):
+    """A private state root and configuration: never /var/lib/casebox, never the default sandbox ids."""
+    base = tmp_path_factory.mktemp("verify")
+    config = base / "casebox.toml"
+    uid, gid = sandbox_ids
+    config.write_text(
+        f'state_root = "{base}/state"\nsandbox_uid = {uid}\nsandbox_gid = {gid}\nsocket = "{base}/no-steward.sock"\n'
+    )
+    return base, config
+
+
+@pytest.fixture(scope="module")
+def demo(world, casebox):
+    base, config = world
+    before = mounts(base)
+    staged = staging_dirs()
+    result = casebox("--config", str(config), "demo", timeout=180)
+    return result, before, staged
+
+
+@pytest.mark.root
+def test_the_demo_gets_every_designed_status(demo):
+    """The main job: each of the ten cases gets its designed status and reason, and the verdict is UNVERIFIED."""
+    result, _, _ = demo
+    stdout = result.stdout.decode()
+    assert result.returncode == 0, stdout + result.stderr.decode()
+    rows = table(stdout)
+    assert {case: (row[1], row[2]) for case, row in rows.items()} == EXPECTED
+    assert {case: row[0] for case, row in rows.items()} == DESIGNED
+    assert "verdict: UNVERIFIED (designed: UNVERIFIED)" in stdout and DESIGNED_VERDICT == "UNVERIFIED"
+
+
+@pytest.mark.root
+def test_the_demo_leaves_nothing_running_or_mounted(demo, world, sandbox_ids):
+    """S6, C4: no process of the dedicated UID survives the attempt, no mount of it remains, no staging is left."""
+    _, before, staged = demo
+    base, _ = world
+    assert dedicated_processes(sandbox_ids[0]) == []
+    after = mounts(base)
+    assert before - after == set()
+    assert [mount for mount in after - before if str(base) in mount] == []
+    assert staging_dirs() == staged
+
+
+@pytest.mark.root
+def test_the_tombstone_is_sealed_and_valid(demo, casebox):
+    """C5, J4: casebox journal verify calls the tombstone's journal VALID, and the tombstone is read-only."""
+    stdout = demo[0].stdout.decode()
+    tombstone = pathlib.Path(value(stdout, "tombstone"))
+    verdict = casebox("journal", "verify", str(tombstone / "journal"))
+    assert verdict.returncode == 0 and b"VALID" in verdict.stdout
+    assert (tombstone / "seal.json").is_file() and not os.stat(tombstone).st_mode & 0o222
+    evidence = pathlib.Path(value(stdout, "evidence"))
+    assert (evidence / "journal").read_bytes() == (tombstone / "journal").read_bytes()
+
+
+@pytest.mark.root
+def test_the_evidence_is_evaluated_alone_by_an_unprivileged_user(demo, tmp_path):
+    """E1–E4: a copy of the evidence, evaluated as nobody, gives the same statuses; every binding is recomputable."""
+    stdout = demo[0].stdout.decode()
+    attempt = value(stdout, "attempt")
+    sha256 = value(stdout, "sha256")
+    copy = pathlib.Path(tempfile.mkdtemp(prefix="casebox-evidence-"))
+    try:
+        os.chmod(copy, 0o755)
+        shutil.copytree(value(stdout, "evidence"), copy / "evidence")
+        shutil.copy(EXAMPLES / "plan.json", copy / "plan.json")
+        (copy / "reports").mkdir()
+        for path in [copy, *copy.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        os.chown(copy / "reports", NOBODY, NOBODY)
+        script = f"import sys; sys.path.insert(0, {str(REPO)!r}); from executor.cli import main; sys.exit(main())"
+        answer = subprocess.run(
+            [runtime.choose_interpreter(), "-I", "-S", "-c", script, "evaluate", "--evidence", str(copy / "evidence"),
+             "--plan", str(copy / "plan.json"), "--attempt", attempt, "--bundle-sha256", sha256, "--report-dir", str(copy / "reports")],
+            capture_output=True, cwd=copy, env={"PATH": "/usr/bin:/bin"}, timeout=60,
+            preexec_fn=lambda: (os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)),
+        )
+        assert answer.returncode == 3, answer.stderr
+        assert {case: tuple(row[:2]) for case, row in table(answer.stdout.decode()).items()} == EXPECTED
+        report = json.loads((copy / "reports" / f"report-{attempt}.json").read_bytes())
+        receipts = [receipt_from_bytes(path.read_bytes()) for path in (copy / "evidence").glob("*.receipt.json")]
+    finally:
+        shutil.rmtree(copy)
+    assert len(receipts) == 9 and report["verdict"] == "UNVERIFIED"
+    bundle = pathlib.Path(value(stdout, "bundle"))
+    fd = os.open(bundle, os.O_RDONLY)
+    try:
+        identity = bundles.identity_of(bundles.open_bundle(fd))
+    finally:
+        os.close(fd)
+    index = os.open(EXAMPLES / "index", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        runtime_digest = runtime.inspect(index).digest
+    finally:
+        os.close(index)
+    for receipt in receipts:
+        assert receipt.binding.candidate_digest == identity == report["candidate_digest"]
+        assert receipt.binding.bundle_sha256 == hashlib.sha256(bundle.read_bytes()).hexdigest()
+        assert receipt.binding.runtime_inventory_digest == runtime_digest
+
+
+@pytest.mark.root
+def test_unresolvable_dependencies_leave_every_case_unverified(world, casebox, tmp_path):
+    """Step 4: with six missing from the index, resolution fails and every case says so (dependencies_unresolved)."""
+    _, config = world
+    index = tmp_path / "index"
+    shutil.copytree(EXAMPLES / "index", index)
+    (index / "six-1.17.0-py2.py3-none-any.whl").unlink()
+    bundle, sha256 = packed(tmp_path)
+    result = casebox(
+        "--config", str(config), "verify", "--bundle", str(bundle), "--sha256", sha256, "--plan", str(EXAMPLES / "plan.json"),
+        "--verifier-tree", str(EXAMPLES / "verifier"), "--index", str(index), "--attempt", "unresolved-1",
+        "--evidence", str(tmp_path / "evidence"), "--root", "/", timeout=120,
+    )
+    stdout = result.stdout.decode()
+    assert result.returncode == 3, stdout + result.stderr.decode()
+    rows = table(stdout)
+    assert {case: row[:2] for case, row in rows.items() if case != "not-applicable"} == {
+        case: ("UNVERIFIED", "dependencies_unresolved") for case in EXPECTED if case != "not-applicable"
+    }
+    assert "no_match" in stdout and "six" in stdout
+
+
+# --- refusals: exit 64, one sentence, nothing written --------------------------------------------
+
+
+def packed(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
+    wheels = wheelbuild.build_demo(str(EXAMPLES / "candidate"), str(directory / "wheels"))
+    data = pack.build(pack.read_wheels(sorted(wheels)))
+    path = directory / "candidate.tar"
+    path.write_bytes(data)
+    return path, hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def attempt(tmp_path, world):
+    """A valid verify command line inside tmp_path; a test changes one thing and expects a refusal."""
+    _, config = world
+    bundle, sha256 = packed(tmp_path)
+    shutil.copy(EXAMPLES / "plan.json", tmp_path / "plan.json")
+    shutil.copytree(EXAMPLES / "verifier", tmp_path / "verifier")
+    shutil.copytree(EXAMPLES / "index", tmp_path / "index")
+    return {
+        "--config": str(config), "--bundle": str(bundle), "--sha256": sha256, "--plan": str(tmp_path / "plan.json"),
+        "--verifier-tree": str(tmp_path / "verifier"), "--index": str(tmp_path / "index"), "--attempt": "refused-1",
+        "--evidence": str(tmp_path / "evidence"), "--root": str(tmp_path),
+    }
+
+
+def refused(casebox, options: dict, naming: str) -> str:
+    staged = staging_dirs()
+    argv = ["--config", options["--config"], "verify"]
+    for flag, given in options.items():
+        if flag != "--config":
+            argv += [flag, given]
+    sentence = casebox.refused(*argv, naming=naming)
+    assert not os.path.exists(options["--evidence"]), "a refusal leaves nothing behind"
+    assert staging_dirs() == staged
+    return sentence
+
+
+def test_a_malformed_sha256_is_refused(casebox, attempt):
+    """F1: --sha256 must be 64 lowercase hex digits."""
+    refused(casebox, {**attempt, "--sha256": "XYZ"}, "--sha256")
+
+
+def test_a_bundle_with_another_sha256_is_refused(casebox, attempt):
+    """T3: the bundle's sha256, hashed from the private copy, must be the expected one."""
+    sentence = refused(casebox, {**attempt, "--sha256": "0" * 64}, attempt["--bundle"])
+    assert "not the expected" in sentence
+
+
+@pytest.mark.parametrize("segment", ["deep/er/.git", "a/.GIT"])
+def test_a_verifier_tree_holding_git_is_refused(casebox, attempt, segment):
+    """F4: a .git at depth 3, or .GIT in capitals, never enters a sandbox (actions/checkout leaves a token there)."""
+    git = pathlib.Path(attempt["--verifier-tree"]) / segment
+    git.mkdir(parents=True)
+    (git / "config").write_text("[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0\n")
+    refused(casebox, attempt, segment.split("/")[-1])
+
+
+def test_an_index_with_a_symlink_leaving_it_is_refused(casebox, attempt):
+    """F4: a symlink to /etc in the index would hand the host's /etc to the resolver."""
+    (pathlib.Path(attempt["--index"]) / "etc").symlink_to("/etc")
+    refused(casebox, attempt, "etc")
+
+
+def test_the_state_root_is_never_a_capability(casebox, attempt, world):
+    """F4: the state root, or anything inside it, is refused as a verifier tree."""
+    base, _ = world
+    (base / "state").mkdir(exist_ok=True)
+    refused(casebox, {**attempt, "--verifier-tree": str(base / "state"), "--root": "/"}, "state root")
+
+
+def test_a_network_index_is_refused(casebox, attempt):
+    """Step 4: no sandbox gets network; --index URL is refused with the reason."""
+    sentence = refused(casebox, {**attempt, "--index": "https://pypi.org/simple"}, "--index")
+    assert "network index" in sentence
+
+
+def test_a_path_that_resolves_outside_the_perimeter_is_refused(casebox, attempt, tmp_path):
+    """F3: a symlink pointing outward is outside, whatever its own path."""
+    outside = pathlib.Path(tempfile.mkdtemp(prefix="casebox-outside-"))
+    try:
+        shutil.copy(attempt["--plan"], outside / "plan.json")
+        (tmp_path / "linked-plan.json").symlink_to(outside / "plan.json")
+        refused(casebox, {**attempt, "--plan": str(tmp_path / "linked-plan.json")}, "--plan")
+    finally:
+        shutil.rmtree(outside)
+
+
+def test_an_evidence_directory_that_is_not_empty_is_refused(casebox, attempt):
+    """E4: an evidence directory holds one stage; a used one is refused, and left as it was."""
+    evidence = pathlib.Path(attempt["--evidence"])
+    evidence.mkdir()
+    (evidence / "journal").write_bytes(b"an earlier stage")
+    staged = staging_dirs()
+    casebox.refused("--config", attempt["--config"], "verify", *[x for flag, given in attempt.items() if flag != "--config" for x in (flag, given)], naming="not empty")
+    assert os.listdir(evidence) == ["journal"] and staging_dirs() == staged
+
+
+def test_a_plan_larger_than_one_stages_journal_is_refused(casebox, attempt, world):
+    """J2: a stage whose cases would outgrow its journal is refused before it starts, and told to shard."""
+    base, _ = world
+    room = cases_per_stage(f"{base}/state")
+    cases = [{"id": f"c{n}", "op": "python-module", "args": ["demo_core"], "timeout_ms": 1000, "applicable": True, "expect_exit": 0}
+             for n in range(room + 1)]
+    plan = pathlib.Path(attempt["--plan"])
+    plan.write_text(json.dumps({"schema": "casebox.plan.v1", "cases": cases}))
+    assert "--shard" in refused(casebox, attempt, "--plan")
+
+
+def test_a_case_that_cannot_be_materialized_is_refused(casebox, attempt):
+    plan = pathlib.Path(attempt["--plan"])
+    value = json.loads(plan.read_text())
+    value["cases"][2]["args"] = []
+    plan.write_text(json.dumps(value))
+    refused(casebox, attempt, "$.cases[2].args")
