@@ -46,9 +46,9 @@ from journal.format import RESERVE_START
 # A stage's journal holds RESERVE_START bytes before the retirement reserve (J2). Measured on the demo
 # (docs/pipeline.md, "The journal budget"): one case sandbox with its junit output costs 6,208 bytes
 # with a 15-byte state root, and everything else (genesis, extraction, resolution, fetch, install,
-# their outputs, a helper attempt, cleanup evidence) 26,608; the output records grow 4 bytes per
-# case, 24 in all, per byte of the state root's path. The constants below add margin for longer
-# pids and start times and two more helper attempts.
+# their outputs, a helper attempt, cleanup evidence) 26,608. Output mount records name their target
+# under the state root: 4 per case and 12 in all grow by a byte per byte of its path. The constants
+# add margin for longer pids and start times, more helper attempts, and twice the fixed growth.
 CASE_JOURNAL_BYTES = 6_656
 FIXED_JOURNAL_BYTES = 32_768
 

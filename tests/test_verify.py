@@ -13,6 +13,7 @@ import tempfile
 
 import psutil
 import pytest
+from evidence_support import DESIGNED_STATUS
 
 from executor import bundle as bundles
 from executor import pack, runtime, wheelbuild
@@ -23,19 +24,8 @@ from executor.verify import cases_per_stage
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 NOBODY = 65534
-# The spec of the demo (examples/README.md): what each of the ten cases gets, with its reason.
-EXPECTED = {
-    "pass": ("PASS", "passed"),
-    "assertion-failure": ("FAIL", "exit_mismatch"),
-    "import-core": ("PASS", "passed"),
-    "import-greet": ("PASS", "passed"),
-    "import-extra": ("PASS", "passed"),
-    "console-script": ("PASS", "passed"),
-    "timeout": ("UNVERIFIED", "timeout"),
-    "not-applicable": ("N/A", "not_applicable"),
-    "output-cap": ("UNVERIFIED", "output"),
-    "network-denied": ("PASS", "passed"),
-}
+# The spec of the demo (examples/README.md, checked by tests/test_demo.py): each case's status and reason.
+EXPECTED = DESIGNED_STATUS
 
 
 def mounts(own: pathlib.Path) -> set[str]:
@@ -93,6 +83,12 @@ def demo(world, casebox):
     staged = staging_dirs()
     result = casebox("--config", str(config), "demo", timeout=180)
     return result, before, staged
+
+
+def test_the_demo_command_designs_what_examples_readme_designs():
+    """casebox demo judges itself against the README's table: the same status for every case, and UNVERIFIED."""
+    assert DESIGNED == {case: status for case, (status, _) in EXPECTED.items()}
+    assert DESIGNED_VERDICT == "UNVERIFIED"
 
 
 @pytest.mark.root

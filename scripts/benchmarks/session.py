@@ -1,0 +1,135 @@
+"""A whole verification session's overhead: ten trivial cases through casebox verify (run as root).
+
+The candidate is one wheel whose module does nothing (``python -S -m
+bench_true`` exits 0 at once), the plan ten python-module cases of it, and
+the index holds only the installer (pip), so there is nothing to resolve.
+Each repetition is one full ``verify``: preflight, extraction in a sandbox,
+resolution in a sandbox, install with pip in a sandbox, ten case sandboxes,
+cleanup, retirement and evaluation, in a fresh state root.
+
+- session_ten_trivial: the whole session's wall time minus the ten ops' own
+  wall time, against ten cold sandboxes (start, ``true``, teardown) through
+  the starter alone, measured in this run: the floor of one sandbox per case.
+- session_per_case: the case phase's wall time minus the ops' own, per case,
+  against ``sandbox_hot`` (one more op in a READY sandbox), measured in this run.
+
+Both lines carry the phase breakdown in ms.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+import sandbox as sandbox_bench
+
+from executor import config as configuration
+from executor import pack, wheelbuild
+from executor.verify import Attempt, verify
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CASES = 10
+REPEAT = 3
+PHASES = ("preflight", "opening", "extracting", "resolving", "installing", "case 1/", "cleanup", "evaluating")
+
+
+def _candidate(directory: str) -> tuple[str, str]:
+    source = os.path.join(directory, "bench-true")
+    os.makedirs(os.path.join(source, "bench_true"))
+    with open(os.path.join(source, "pyproject.toml"), "w") as file:
+        file.write('[project]\nname = "bench-true"\nversion = "1.0.0"\ndescription = "does nothing"\nrequires-python = ">=3.8"\n')
+    for name in ("__init__.py", "__main__.py"):
+        with open(os.path.join(source, "bench_true", name), "w") as file:
+            file.write("")
+    name, data = wheelbuild.build_wheel(source)
+    bundle = pack.build([(name, data)])
+    path = os.path.join(directory, "candidate.tar")
+    with open(path, "wb") as file:
+        file.write(bundle)
+    return path, pack.coordinate(bundle).sha256
+
+
+def _inputs(directory: str) -> dict:
+    bundle, sha256 = _candidate(directory)
+    plan = os.path.join(directory, "plan.json")
+    cases = [{"id": f"true-{n}", "op": "python-module", "args": ["bench_true"], "timeout_ms": 30_000, "applicable": True,
+              "expect_exit": 0} for n in range(CASES)]
+    with open(plan, "w") as file:
+        json.dump({"schema": "casebox.plan.v1", "cases": cases}, file)
+    index = os.path.join(directory, "index")
+    os.mkdir(index)
+    pip = sorted(name for name in os.listdir(os.path.join(REPO, "examples", "index")) if name.startswith("pip-"))[-1]
+    shutil.copy(os.path.join(REPO, "examples", "index", pip), index)
+    verifier = os.path.join(directory, "verifier")
+    os.mkdir(verifier)
+    return {"bundle": bundle, "sha256": sha256, "plan": plan, "index": index, "verifier_tree": verifier}
+
+
+def _config(directory: str) -> configuration.Config:
+    defaults = configuration.load()
+    uid = int(os.environ.get("CASEBOX_TEST_UID", defaults.sandbox_uid))
+    gid = int(os.environ.get("CASEBOX_TEST_GID", os.environ.get("CASEBOX_TEST_UID", defaults.sandbox_gid)))
+    return defaults.overridden(state_root=os.path.join(directory, "state"), sandbox_uid=uid, sandbox_gid=gid)
+
+
+def _one(directory: str, inputs: dict, number: int) -> dict:
+    marks: list[tuple[str, float]] = []
+
+    def progress(line: str) -> None:
+        marks.append((line, time.perf_counter()))
+
+    start = time.perf_counter()
+    attempt = Attempt(attempt_id=f"bench-{number}", evidence=os.path.join(directory, f"evidence-{number}"), **inputs)
+    verified = verify(_config(directory), attempt, progress=progress)
+    end = time.perf_counter()
+    if verified.report.verdict != "PASS":
+        raise SystemExit(f"session benchmark: the trivial plan was {verified.report.verdict}: {verified.notes}")
+    ops = sum(result.wall_ms for result in verified.report.cases) / 1000
+    times = {}
+    for phase in PHASES:
+        times[phase] = next(moment for line, moment in marks if line.startswith(phase))
+    breakdown = {}
+    for here, after in zip(PHASES, PHASES[1:] + ("end",)):
+        breakdown[here.rstrip("/ ").replace(" 1", "s")] = round(((times.get(after) or end) - times[here]) * 1000, 1)
+    cases = times["cleanup"] - times["case 1/"]
+    return {"whole": end - start - ops, "per_case": (cases - ops) / CASES, "breakdown": breakdown}
+
+
+@functools.lru_cache(maxsize=1)
+def _measure() -> dict:
+    with tempfile.TemporaryDirectory(prefix="casebox-bench-") as directory:
+        inputs = _inputs(directory)
+        _one(directory, inputs, 0)
+        runs = [_one(directory, inputs, number) for number in range(1, REPEAT + 1)]
+    middle = sorted(runs, key=lambda run: run["whole"])[len(runs) // 2]
+    return {
+        "whole": statistics.median(run["whole"] for run in runs),
+        "per_case": statistics.median(run["per_case"] for run in runs),
+        "breakdown": middle["breakdown"],
+    }
+
+
+def _ten_cold_ms() -> float:
+    return sandbox_bench.sandbox_cold()["value"] * CASES
+
+
+def session_ten_trivial() -> dict:
+    measured = _measure()
+    return {"metric": "session_ten_trivial", "value": round(measured["whole"] * 1000, 1), "unit": "ms",
+            "anchor": "ten cold sandboxes (start, true, teardown) through the starter alone", "anchor_value": round(_ten_cold_ms(), 1),
+            "goal_ms": 1000, "breakdown_ms": measured["breakdown"]}
+
+
+def session_per_case() -> dict:
+    measured = _measure()
+    return {"metric": "session_per_case", "value": round(measured["per_case"] * 1000, 2), "unit": "ms",
+            "anchor": "sandbox_hot: one more true op in a READY sandbox", "anchor_value": sandbox_bench.sandbox_hot()["value"],
+            "breakdown_ms": measured["breakdown"]}
+
+
+METRICS = {"session_ten_trivial": session_ten_trivial, "session_per_case": session_per_case}
