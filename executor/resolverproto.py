@@ -203,25 +203,22 @@ class Acceptor:
     def _leaf(self, kind: str, fields: ClosedObject) -> Pin | None:
         if (kind == "BEGIN") != (self.seq == 0):
             raise Abort("out_of_order", f"leaf {self.seq} is {kind}; BEGIN comes first and only first")
-        if kind == "BEGIN":
-            self._begin(fields)
-            return None
-        if kind == "PIN":
-            return self._pin(fields)
-        if kind == "END":
-            count = fields.pop_int("pins", low=0, high=MAX_PINS)
-            fields.done()
-            if count != len(self.pins):
-                raise Abort("count", f"END says {count} pins after {len(self.pins)}")
-            self.ended = True
-            return None
+        return {"BEGIN": self._begin, "PIN": self._pin, "END": self._end, "FAIL": self._fail}[kind](fields)
+
+    def _end(self, fields: ClosedObject) -> None:
+        count = fields.pop_int("pins", low=0, high=MAX_PINS)
+        fields.done()
+        if count != len(self.pins):
+            raise Abort("count", f"END says {count} pins after {len(self.pins)}")
+        self.ended = True
+
+    def _fail(self, fields: ClosedObject) -> None:
         reason = fields.pop_str("reason", max_bytes=32)
         requirement = fields.pop_str("requirement", max_bytes=MAX_REQUIREMENT_BYTES)
         fields.done()
         if reason not in FAIL_REASONS:
             raise Abort("unknown", f"FAIL leaf {self.seq} gives the unknown reason {reason!r}")
         self.ended = Failed(reason, requirement)
-        return None
 
     def _begin(self, fields: ClosedObject) -> None:
         fields.pop_const("protocol", PROTOCOL)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
+import pathlib
 
 import pytest
 from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
@@ -29,6 +31,7 @@ PLAN = Plan(
     )
 )
 CASES = list(enumerate(PLAN.cases))
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -207,3 +210,71 @@ def test_a_resolver_that_fails_leaves_the_dependencies_unresolved(tmp_path, stag
     result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=[], candidate={"demo-app": "1.0"})
     session.release()
     assert isinstance(result, Unresolved) and result.code == "resolver_failed"
+
+
+def test_a_resolver_output_cut_by_its_cap_is_never_accepted(tmp_path, staging, index):
+    """Step 4: an answer cut by the output cap may look complete; it is refused as incomplete."""
+
+    def answer(op):
+        return dataclasses.replace(outcome(stdout=BEGIN + PIN + END), stdout_truncated=True)
+
+    session = FakeSession(tmp_path / "s", answer)
+    preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
+    result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=[], candidate={"demo-app": "1.0"})
+    session.release()
+    assert isinstance(result, Unresolved) and result.code == "incomplete"
+
+
+# --- a shard's evaluation -------------------------------------------------------------------------
+
+
+def test_a_shard_is_judged_on_its_own_cases(tmp_path):
+    """verify --shard evaluates its own stage: the other shards' cases are not missing from it."""
+    from evidence_support import ATTEMPT, BUNDLE, DESIGNED_RUNS, DESIGNED_STATUS, build_attempt
+
+    from executor.evaluate import Expected, evaluate
+    from executor.plan import plan_from_bytes
+    from executor.shard import cases_for_shard
+
+    plan = plan_from_bytes((REPO / "examples" / "plan.json").read_bytes())
+    directories = build_attempt(tmp_path, plan, DESIGNED_RUNS, shards=3)
+    shard = frozenset(case.id for case in cases_for_shard(plan, 2, 3))
+    report = evaluate(Expected(plan, ATTEMPT, BUNDLE, cases=shard), [str(directories[1])])
+    assert {r.case_id: (r.status, r.reason) for r in report.cases} == {case: DESIGNED_STATUS[case] for case in shard}
+    whole = evaluate(Expected(plan, ATTEMPT, BUNDLE), [str(directories[1])])
+    assert {r.reason for r in whole.cases if r.case_id not in shard} == {"missing"}
+
+
+# --- a failure mid-attempt ------------------------------------------------------------------------
+
+
+def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(tmp_path, monkeypatch):
+    """C5 for the client: a session that cannot go on is still cleaned up and retired (abandoned), never left open."""
+    import executor.verify as verification
+    from executor.config import Config
+    from executor.verify import Attempt, verify
+    from steward.failure import SandboxFailure
+
+    session = FakeSession(tmp_path / "s")
+    calls = []
+
+    def create_output(name, **limits):
+        raise SandboxFailure("the host refused the output mount")
+
+    session.create_output = create_output
+    session.abandon = lambda: calls.append("abandon")
+    monkeypatch.setattr(verification.sessions, "open_session", lambda config, attempt_id: session)
+    data = (REPO / "examples" / "plan.json").read_bytes()
+    (tmp_path / "plan.json").write_bytes(data)
+    (tmp_path / "bundle.tar").write_bytes(b"bundle bytes")
+    (tmp_path / "verifier").mkdir()
+    request = Attempt(
+        bundle=str(tmp_path / "bundle.tar"), sha256=hashlib.sha256(b"bundle bytes").hexdigest(), plan=str(tmp_path / "plan.json"),
+        verifier_tree=str(tmp_path / "verifier"), attempt_id="run-1", evidence=str(tmp_path / "evidence"),
+        index=str(REPO / "examples" / "index"),
+    )
+    with pytest.raises(SandboxFailure):
+        verify(Config(state_root=str(tmp_path / "state")), request, progress=lambda line: None)
+    assert calls == ["abandon"] and not (tmp_path / "evidence").exists()
+    assert set(session.capabilities) == {"verifier", "index", "bundle", "tools"}
+    session.release()
