@@ -15,22 +15,12 @@ import pathlib
 import shutil
 from typing import Callable
 
-from executor.receipts import Binding
 from executor.runtime import Installer, Runtime
 from steward.api import Opened, OpOutcome, Ready, Sealed
 from steward.failure import SandboxFailure
+from test_receipts import BINDING
 
 HEAD = "ab" * 32
-BINDING = Binding(
-    attempt_id="run-1",
-    attempt_number=1,
-    plan_digest="sha256:" + "1" * 64,
-    candidate_digest="sha256:" + "2" * 64,
-    bundle_sha256="3" * 64,
-    dependency_inventory_digest="sha256:" + "4" * 64,
-    runtime_inventory_digest="sha256:" + "5" * 64,
-    stage_id="stage-1",
-)
 RUNTIME = Runtime(
     interpreter="/usr/bin/python3.11",
     version="3.11.2",

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from executor.frontend import EXIT_NOT_OK, EXIT_OK
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, InternalFailure
 from journal.errors import Refused
 
 # What each case of examples/plan.json is designed to get (examples/README.md says why), and the verdict
@@ -53,6 +53,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     config = configuration.load(args.config).overridden(state_root=args.state_root)
     examples = examples_directory()
+    if os.geteuid() != 0:
+        raise InternalFailure("casebox demo runs sandboxes, which needs root; run sudo .venv/bin/casebox demo.")
     progress = progress_printer()
     work = tempfile.mkdtemp(prefix="casebox-demo-")
     os.chmod(work, 0o755)
