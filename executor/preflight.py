@@ -12,18 +12,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import re
 
 from executor.frontend import open_regular
 from executor.ustar import ARCHIVE_MAX_BYTES
-from journal.closed import SHA256_HEX, ClosedObject, check_str
+from journal.closed import SHA256_HEX, ClosedObject, check_digest, check_str
 from journal.errors import Refused
+from journal.format import ID as ATTEMPT_ID
 from journal.strictjson import canonical, loads
 
 SCHEMA = "casebox.handoff.v1"
 HANDOFF_MAX_BYTES = 4_096
-ATTEMPT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-PLAN_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 _READ_CHUNK = 1 << 20
 
 
@@ -83,7 +81,7 @@ def handoff_from_bytes(data: bytes) -> Handoff:
         raise Refused("$.attempt", "attempt and plan are both given or both null")
     if attempt is not None:
         check_attempt(attempt, "$.attempt")
-        check_str(plan, "$.plan", max_bytes=71, pattern=PLAN_DIGEST, rule="must be sha256: and 64 lowercase hex digits")
+        check_digest(plan, "$.plan")
     return Handoff(attempt, coordinate, plan)
 
 

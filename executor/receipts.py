@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 
 from executor.junit import READ, REPORT_STATES, JunitCounts, PytestEvidence
 from executor.plan import CASE_ID
 from journal.closed import ClosedObject
 from journal.createonly import publish_once
-from journal.format import HEX64, ID, MAX_COUNT, MAX_PID, is_terminated_status
+from journal.format import HEX64, ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
 
 SCHEMA = "casebox.receipt.v1"
 SUFFIX = ".receipt.json"
 RECEIPT_MAX_BYTES = 16_384
 MAX_ATTEMPT_NUMBER = 1_000_000
-MAX_STEP_BYTES = 64
 MAX_TEST_COUNT = 1_000_000
 NOT_STARTED = "NOT_STARTED"
 # The not_started.step of a case that never had a process (docs/receipts.md): the
@@ -42,8 +40,6 @@ LIMIT_CLASSES = ("OK", "EXIT_NONZERO", "SIGNALLED", "TIMEOUT", "MEMORY", "PIDS",
 # service records ops this way and the evaluator checks exactly this pair.
 OP_ROLE = "descendant"
 OP_REAPER = "launcher"
-DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
-_ID_RULE = "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,14 +217,6 @@ def publish_receipt(dir_fd: int, receipt: Receipt) -> bool:
 
 # Reading
 
-def _id(fields: ClosedObject, key: str) -> str:
-    return fields.pop_str(key, max_bytes=64, pattern=ID, rule=_ID_RULE)
-
-
-def _digest(fields: ClosedObject, key: str) -> str:
-    return fields.pop_str(key, max_bytes=71, pattern=DIGEST, rule="must be sha256: and 64 lowercase hex digits")
-
-
 def _hex(fields: ClosedObject, key: str) -> str:
     return fields.pop_str(key, max_bytes=64, pattern=HEX64, rule="must be 64 lowercase hex digits")
 
@@ -249,14 +237,14 @@ def _nullable_int(fields: ClosedObject, key: str, high: int) -> int | None:
 
 def _binding(fields: ClosedObject) -> Binding:
     return Binding(
-        attempt_id=_id(fields, "attempt_id"),
+        attempt_id=pop_id(fields, "attempt_id"),
         attempt_number=fields.pop_int("attempt_number", low=1, high=MAX_ATTEMPT_NUMBER),
-        plan_digest=_digest(fields, "plan_digest"),
-        candidate_digest=_digest(fields, "candidate_digest"),
+        plan_digest=fields.pop_digest("plan_digest"),
+        candidate_digest=fields.pop_digest("candidate_digest"),
         bundle_sha256=fields.pop_sha256("bundle_sha256"),
-        dependency_inventory_digest=_digest(fields, "dependency_inventory_digest"),
-        runtime_inventory_digest=_digest(fields, "runtime_inventory_digest"),
-        stage_id=_id(fields, "stage_id"),
+        dependency_inventory_digest=fields.pop_digest("dependency_inventory_digest"),
+        runtime_inventory_digest=fields.pop_digest("runtime_inventory_digest"),
+        stage_id=pop_id(fields, "stage_id"),
     )
 
 
@@ -264,7 +252,7 @@ def _process(fields: ClosedObject | None) -> ProcessIdentity | None:
     if fields is None:
         return None
     process = ProcessIdentity(
-        op_id=_id(fields, "op_id"),
+        op_id=pop_id(fields, "op_id"),
         pid=fields.pop_int("pid", low=1, high=MAX_PID),
         starttime=fields.pop_int("starttime", low=0, high=MAX_SAFE_INTEGER),
         pgid=fields.pop_int("pgid", low=1, high=MAX_PID),
@@ -301,7 +289,7 @@ def _not_started(fields: ClosedObject | None) -> NotStarted | None:
     if fields is None:
         return None
     result = NotStarted(
-        step=fields.pop_str("step", max_bytes=MAX_STEP_BYTES, pattern=ID, rule=_ID_RULE),
+        step=pop_id(fields, "step"),
         errno=fields.pop_int("errno", low=0, high=4_095),
     )
     fields.done()

@@ -14,6 +14,8 @@ from journal.strictjson import StrictJSONError, child_path
 
 _MISSING = object()
 SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
+# A digest named with its algorithm, as plans, inventories and receipts write it.
+SHA256_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
 
 def _type_name(value: object) -> str:
@@ -81,6 +83,9 @@ class ClosedObject:
     def pop_sha256(self, key: str) -> str:
         return self.pop_str(key, max_bytes=64, pattern=SHA256_HEX, rule="must be 64 lowercase hex digits")
 
+    def pop_digest(self, key: str) -> str:
+        return check_digest(self._pop(key, str, "a string"), child_path(self.path, key))
+
     def pop_list(self, key: str, *, min_items: int, max_items: int) -> Iterator[tuple[str, object]]:
         """Each item of an array field, with its path, after the length is checked."""
         value = self._pop(key, list, "an array")
@@ -129,3 +134,8 @@ def check_str(
     if pattern is not None and not pattern.match(value):
         raise StrictJSONError(path, rule or f"must match {pattern.pattern}")
     return value
+
+
+def check_digest(value: object, path: str) -> str:
+    """Refuse anything but ``sha256:`` followed by 64 lowercase hex digits."""
+    return check_str(value, path, max_bytes=71, pattern=SHA256_DIGEST, rule="must be sha256: and 64 lowercase hex digits")

@@ -126,7 +126,8 @@ def encode_frame(kind: Kind, payload: bytes) -> bytes:
 
 # Payload schemas: each kind's frozen keys, every one required, none other allowed.
 
-def _id(fields: ClosedObject, key: str) -> str:
+def pop_id(fields: ClosedObject, key: str) -> str:
+    """The one id rule: journal, stage, attempt and op ids, here and in receipts."""
     return fields.pop_str(key, max_bytes=64, pattern=ID, rule="must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric")
 
 
@@ -178,16 +179,16 @@ def _note(fields: ClosedObject, key: str) -> str:
 
 def _genesis(fields: ClosedObject) -> dict:
     return {
-        "attempt_id": _id(fields, "attempt_id"),
+        "attempt_id": pop_id(fields, "attempt_id"),
         "created": _time(fields, "created"),
-        "journal_id": _id(fields, "journal_id"),
-        "stage_id": _id(fields, "stage_id"),
+        "journal_id": pop_id(fields, "journal_id"),
+        "stage_id": pop_id(fields, "stage_id"),
     }
 
 
 def _process_intent(fields: ClosedObject) -> dict:
     return {
-        "op_id": _id(fields, "op_id"),
+        "op_id": pop_id(fields, "op_id"),
         "role": _one_of(fields, "role", ROLES),
         "pid": _pid(fields, "pid"),
         "starttime": fields.pop_int("starttime", low=0, high=strictjson.MAX_SAFE_INTEGER),
@@ -196,24 +197,24 @@ def _process_intent(fields: ClosedObject) -> dict:
 
 
 def _op_only(fields: ClosedObject) -> dict:
-    return {"op_id": _id(fields, "op_id")}
+    return {"op_id": pop_id(fields, "op_id")}
 
 
 def _process_terminal(fields: ClosedObject) -> dict:
     return {
-        "op_id": _id(fields, "op_id"),
+        "op_id": pop_id(fields, "op_id"),
         "wait_status": _wait_status(fields, "wait_status"),
         "reaper": _one_of(fields, "reaper", REAPERS),
     }
 
 
 def _descendants_terminal(fields: ClosedObject) -> dict:
-    return {"op_id": _id(fields, "op_id"), "count": fields.pop_int("count", low=0, high=MAX_COUNT)}
+    return {"op_id": pop_id(fields, "op_id"), "count": fields.pop_int("count", low=0, high=MAX_COUNT)}
 
 
 def _mount(fields: ClosedObject) -> dict:
     return {
-        "op_id": _id(fields, "op_id"),
+        "op_id": pop_id(fields, "op_id"),
         "target": _target(fields, "target"),
         "kind": _one_of(fields, "kind", MOUNT_KINDS),
     }

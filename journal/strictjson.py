@@ -218,73 +218,50 @@ def loads(data: bytes, *, max_bytes: int) -> object:
     return _build(raw, None, _Budget())
 
 
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    return _ESCAPES.get(char) or f"\\u{ord(char):04x}"
-
-
-def _write_string(value: str, where: _Where, what: str, out: list[str]) -> None:
-    _check_text(value, where, what)
-    out.append('"')
-    out.append(_NEEDS_ESCAPE.sub(_escape, value))
-    out.append('"')
+# The stdlib's C encoder writes exactly RFC 8785's string escapes for this
+# profile (only '"', '\\' and C0 controls, as \\b \\t \\n \\f \\r or lowercase
+# \\u00xx), so the only rules left to casebox are the profile checks and the key
+# order, both applied by _ordered before the encoder sees the value.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False)
 
 
 def _utf16_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _write(value: object, where: _Where, depth: int, budget: _Budget, out: list[str]) -> None:
+def _ordered(value: object, where: _Where, depth: int, budget: _Budget) -> object:
+    """``value`` checked against the profile, each object's members in RFC 8785 key order."""
     budget.spend(where)
-    if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif type(value) is int:
+    kind = type(value)
+    if kind is str:
+        _check_text(value, where, "the string")
+        return value
+    if kind is int:
         if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
             raise _out_of_range(where)
-        out.append(str(value))
-    elif type(value) is str:
-        _write_string(value, where, "the string", out)
-    elif type(value) is dict:
+        return value
+    if value is None or value is True or value is False:
+        return value
+    if kind is dict:
         if depth == MAX_DEPTH:
             raise _too_deep(where)
         for key in value:
             if type(key) is not str:
                 raise _refused(where, f"has a non-string key {key!r}")
-        out.append("{")
-        for index, key in enumerate(sorted(value, key=_utf16_order)):
-            member_where = (where, key)
-            if index:
-                out.append(",")
-            _write_string(key, member_where, "the key", out)
-            out.append(":")
-            _write(value[key], member_where, depth + 1, budget, out)
-        out.append("}")
-    elif type(value) in (list, tuple):
+            _check_text(key, (where, key), "the key")
+        # Code point order is UTF-16 order except above U+FFFF; ASCII keys, the common case, sort as they are.
+        keys = sorted(value) if all(key.isascii() for key in value) else sorted(value, key=_utf16_order)
+        return {key: _ordered(value[key], (where, key), depth + 1, budget) for key in keys}
+    if kind is list or kind is tuple:
         if depth == MAX_DEPTH:
             raise _too_deep(where)
-        out.append("[")
-        for index, item in enumerate(value):
-            if index:
-                out.append(",")
-            _write(item, (where, index), depth + 1, budget, out)
-        out.append("]")
-    else:
-        raise _refused(where, f"cannot be written canonically ({type(value).__name__})")
+        return [_ordered(item, (where, index), depth + 1, budget) for index, item in enumerate(value)]
+    raise _refused(where, f"cannot be written canonically ({kind.__name__})")
 
 
 def canonical(value: object) -> bytes:
     """RFC 8785 bytes of ``value`` within the profile; raises StrictJSONError outside it."""
-    out: list[str] = []
-    _write(value, None, 0, _Budget(), out)
-    return "".join(out).encode("utf-8")
+    return _ENCODER.encode(_ordered(value, None, 0, _Budget())).encode("utf-8")
 
 
 def decode_lossy(data: bytes) -> str:
