@@ -116,7 +116,7 @@ class Request:
 def request_from_bytes(data: bytes) -> Request:
     fields = ClosedObject(loads(data, max_bytes=MAX_LEAF_BYTES * 4))
     fields.pop_const("schema", REQUEST_SCHEMA)
-    plan_digest = fields.pop_str("plan_digest", max_bytes=71)
+    plan_digest = fields.pop_digest("plan_digest")
     requirements = tuple(
         check_str(item, path, max_bytes=MAX_REQUIREMENT_BYTES)
         for path, item in fields.pop_list("requirements", min_items=0, max_items=MAX_REQUIREMENTS)
