@@ -164,7 +164,13 @@ class CaseService:
         problem = failure_of(result)
         if problem is not None:
             return Blocked("extraction", f"the extractor refused or failed: {problem}")
-        sealed = self.session.seal_output(CANDIDATE)
+        try:
+            return self._identify(self.session.seal_output(CANDIDATE))
+        except Refused as refusal:
+            return Blocked("extraction", f"the extraction cannot be sealed or identified: {refusal.sentence()}")
+
+    def _identify(self, sealed: Sealed) -> Extraction:
+        """The candidate identity digest, recomputed from the sealed files as data (never the tar), and the wheels."""
         fd = self.session.open_output(CANDIDATE)
         try:
             top = os.open(TOP, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)

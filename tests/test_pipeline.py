@@ -10,6 +10,7 @@ import pathlib
 import pytest
 from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
 
+from executor import pack
 from executor.caseservice import CASE_ENV, SITE_PATH, Blocked, CaseService, case_argv, check_materializable
 from executor.evaluate import outcome_status
 from executor.junit import MISSING, READ
@@ -278,3 +279,58 @@ def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(t
     assert calls == ["abandon"] and not (tmp_path / "evidence").exists()
     assert set(session.capabilities) == {"verifier", "index", "bundle", "tools"}
     session.release()
+
+
+# --- extraction -----------------------------------------------------------------------------------
+
+
+def test_the_identity_digest_is_recomputed_from_the_sealed_extraction(tmp_path):
+    """T3, T5: the trusted side hashes the sealed files as data; the digest is the bundle's own identity."""
+    from executor import bundle as bundles
+    from executor.ustar import TOP
+
+    bundle = pack.build([("demo_app-1.0-py3-none-any.whl", wheel_bytes())])
+    path = tmp_path / "candidate.tar"
+    path.write_bytes(bundle)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        expected = bundles.identity_of(bundles.open_bundle(fd))
+    finally:
+        os.close(fd)
+
+    def answer(op):
+        target = op.outputs["candidate"] / TOP
+        target.mkdir()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            checked = bundles.open_bundle(fd)
+            for member in checked.files():
+                chunks = bundles.member_chunks(checked, member, memoryview(bytearray(1 << 16)))
+                (target / bundles.relative(member)).write_bytes(b"".join(bytes(chunk) for chunk in chunks))
+        finally:
+            os.close(fd)
+        return outcome()
+
+    session = FakeSession(tmp_path / "s", answer)
+    extraction = service_for(session).extract()
+    assert extraction.candidate_digest == expected and extraction.wheels == ("demo_app-1.0-py3-none-any.whl",)
+    assert extraction.projects == {"demo-app": "1.0"}
+    assert session.ops[0].read == ["bundle", "tools"] and "extract" in session.ops[0].argv
+
+
+def test_a_refused_bundle_blocks_every_case(tmp_path):
+    """T4: the extractor refuses inside the sandbox; no candidate digest exists, so nothing is bound to one."""
+    session = FakeSession(tmp_path / "s", lambda op: outcome(limit="EXIT_NONZERO", wait_status=64 << 8))
+    blocked = service_for(session).extract()
+    assert isinstance(blocked, Blocked) and "EXIT_NONZERO" in blocked.sentence
+
+
+def wheel_bytes() -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("demo_app/__init__.py", "")
+        archive.writestr("demo_app-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo-app\nVersion: 1.0\n")
+    return buffer.getvalue()

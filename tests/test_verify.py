@@ -195,6 +195,27 @@ def test_unresolvable_dependencies_leave_every_case_unverified(world, casebox, t
     assert "no_match" in stdout and "six" in stdout
 
 
+@pytest.mark.root
+def test_a_bundle_the_extractor_refuses_leaves_every_case_unverified(world, casebox, tmp_path):
+    """T3, T4: a bundle with its expected sha256 but a wheel that differs from its manifest passes preflight
+    (the trusted side never parses it) and is refused inside the sandbox; no case runs or gets a receipt."""
+    _, config = world
+    bundle, _ = packed(tmp_path)
+    data = bytearray(bundle.read_bytes())
+    data[data.index(b"demo_core/__init__.py") + 200] ^= 0x01
+    bundle.write_bytes(bytes(data))
+    result = casebox(
+        "--config", str(config), "verify", "--bundle", str(bundle), "--sha256", hashlib.sha256(data).hexdigest(),
+        "--plan", str(EXAMPLES / "plan.json"), "--verifier-tree", str(EXAMPLES / "verifier"), "--index", str(EXAMPLES / "index"),
+        "--attempt", "refused-bundle-1", "--evidence", str(tmp_path / "evidence"), "--root", "/", timeout=120,
+    )
+    stdout = result.stdout.decode()
+    assert result.returncode == 3, stdout + result.stderr.decode()
+    assert "the extractor refused" in stdout
+    assert {row[1] for case, row in table(stdout).items() if case != "not-applicable"} == {"missing"}
+    assert sorted(os.listdir(tmp_path / "evidence")) == ["journal", "seal.json"]
+
+
 # --- refusals: exit 64, one sentence, nothing written --------------------------------------------
 
 
