@@ -138,11 +138,13 @@ def test_the_evidence_is_evaluated_alone_by_an_unprivileged_user(demo, tmp_path)
         os.chmod(copy, 0o755)
         shutil.copytree(value(stdout, "evidence"), copy / "evidence")
         shutil.copy(EXAMPLES / "plan.json", copy / "plan.json")
+        for package in ("executor", "journal"):
+            shutil.copytree(REPO / package, copy / "code" / package, ignore=shutil.ignore_patterns("__pycache__"))
         (copy / "reports").mkdir()
         for path in [copy, *copy.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
         os.chown(copy / "reports", NOBODY, NOBODY)
-        script = f"import sys; sys.path.insert(0, {str(REPO)!r}); from executor.cli import main; sys.exit(main())"
+        script = f"import sys; sys.path.insert(0, {str(copy / 'code')!r}); from executor.cli import main; sys.exit(main())"
         answer = subprocess.run(
             [runtime.choose_interpreter(), "-I", "-S", "-c", script, "evaluate", "--evidence", str(copy / "evidence"),
              "--plan", str(copy / "plan.json"), "--attempt", attempt, "--bundle-sha256", sha256, "--report-dir", str(copy / "reports")],
