@@ -82,7 +82,10 @@ def demo(world, casebox):
     before = mounts(base)
     staged = staging_dirs()
     result = casebox("--config", str(config), "demo", timeout=180)
-    return result, before, staged
+    yield result, before, staged
+    bundle = re.search(r"^bundle: (\S+)", result.stdout.decode(), re.M)
+    if bundle:
+        shutil.rmtree(os.path.dirname(bundle.group(1)))
 
 
 def test_the_demo_command_designs_what_examples_readme_designs():
