@@ -49,9 +49,12 @@ def stage_one(staging_fd: int, socket_name: str) -> int:
 
         phase = "capabilities"
         trees = []
-        for directory_fd, target in setup.capabilities:
+        for directory_fd, target, attributes in [
+            *((fd, target, mounts.CAPABILITY_ATTRIBUTES) for fd, target in setup.capabilities),
+            *((fd, target, mounts.OUTPUT_ATTRIBUTES) for fd, target in setup.outputs),
+        ]:
             channel.leaf("MOUNT_INTENT", target=target, kind="tree")
-            trees.append((mounts.clone_capability(directory_fd), target))
+            trees.append((mounts.clone_tree(directory_fd, attributes), target))
             os.close(directory_fd)
         phase = "sealing"
         source_fd = int(sys.argv[0].rsplit("/", 1)[1])

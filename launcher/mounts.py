@@ -9,8 +9,10 @@ Capabilities arrive as descriptors. Stage 1, still in the host mount
 namespace (a tree can only be cloned from the caller's own namespace), turns
 each into a detached, recursively read-only, nosuid, nodev copy with
 open_tree(OPEN_TREE_CLONE|AT_RECURSIVE) and mount_setattr(AT_RECURSIVE);
-here pid 1 attaches each copy with move_mount. No capability path is ever
-looked up: the starter opened each directory, and only descriptors travel.
+here pid 1 attaches each copy with move_mount. An output (a steward-owned
+directory the op fills) is cloned the same way but stays writable, and is
+nosuid, nodev and noexec. No path is ever looked up: the starter opened each
+directory, and only descriptors travel.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import stat
 from launcher import syscalls as sc
 
 CAPABILITY_ATTRIBUTES = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NODEV
+OUTPUT_ATTRIBUTES = sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOEXEC
 # The host path the new root tmpfs is mounted over, in this private namespace only.
 SCRATCH = "/tmp"
 DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9))
@@ -28,13 +31,13 @@ USR_LINKS = ("bin", "sbin", "lib", "lib64")
 DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))
 
 
-def clone_capability(directory_fd: int) -> int:
-    """A detached read-only, nosuid, nodev copy of the tree at ``directory_fd`` (stage 1, host namespace)."""
+def clone_tree(directory_fd: int, attributes: int) -> int:
+    """A detached copy of the tree at ``directory_fd`` with ``attributes`` set recursively (stage 1, host namespace)."""
     tree = sc.open_tree(
         directory_fd, "", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC | sc.AT_RECURSIVE | sc.AT_EMPTY_PATH
     )
     try:
-        sc.mount_setattr(tree, "", sc.AT_EMPTY_PATH | sc.AT_RECURSIVE, CAPABILITY_ATTRIBUTES)
+        sc.mount_setattr(tree, "", sc.AT_EMPTY_PATH | sc.AT_RECURSIVE, attributes)
     except BaseException:
         os.close(tree)
         raise
@@ -61,15 +64,15 @@ class Builder:
         sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
         self.mount("/", "tmpfs", lambda: _tmpfs(SCRATCH, 1 << 20, 0o755, sc.MS_NOSUID | sc.MS_NODEV, 256))
         os.chdir(SCRATCH)
-        for directory in ("usr", "cap", "proc", "dev", "tmp", "work"):
+        for directory in ("usr", "cap", "out", "proc", "dev", "tmp", "work"):
             os.mkdir(directory, 0o755)
         for link in USR_LINKS:
             os.symlink(f"usr/{link}", link)
 
     def attach(self, tree: int, target: str) -> None:
-        """Attach one detached capability tree; its MOUNT_INTENT was made before stage 1 cloned it."""
+        """Attach one detached capability or output tree; its MOUNT_INTENT was made before stage 1 cloned it."""
         relative = target.lstrip("/")
-        if target.startswith("/cap/"):
+        if target.startswith(("/cap/", "/out/")):
             os.mkdir(relative, 0o755)
         sc.move_mount(tree, "", sc.AT_FDCWD, relative, sc.MOVE_MOUNT_F_EMPTY_PATH)
         os.close(tree)

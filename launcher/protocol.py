@@ -117,6 +117,7 @@ MESSAGES = {
     "INTERPRETER": (32, STARTER, 1, (("path", "str"),)),
     "CAPABILITY": (33, STARTER, 1, (("target", "str"),)),
     "SETUP_END": (34, STARTER, 0, ()),
+    "OUTPUT": (37, STARTER, 1, (("target", "str"),)),
     "OP": (
         35,
         STARTER,

@@ -6,8 +6,9 @@ process's release. The launcher then connects to the starter's socket,
 checks SO_PEERCRED (uid 0 and its own parent's pid), and proves itself with
 HELLO carrying the nonce; the starter checks the launcher's credentials the
 same way on its side. Setup follows as leaves, each ACKed, in a fixed order:
-SETUP, IMPORT_DIR, INTERPRETER, then one CAPABILITY per directory, then
-SETUP_END. Descriptors arrive only with the message that names them.
+SETUP, IMPORT_DIR, INTERPRETER, then one CAPABILITY per read-only directory
+and one OUTPUT per writable one, then SETUP_END. Descriptors arrive only with
+the message that names them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Setup:
         self.interpreter = -1
         self.interpreter_path = ""
         self.capabilities: list[tuple[int, str]] = []
+        self.outputs: list[tuple[int, str]] = []
 
 
 def read_nonce(fd: int = 0) -> bytes:
@@ -66,12 +68,20 @@ def connect(path: str) -> Channel:
     return Channel(sock, LAUNCHER)
 
 
-def is_capability_target(target: str) -> bool:
-    """/usr, or /cap/NAME with NAME lowercase letters, digits, '_' and '-' (at most 64, first alphanumeric)."""
-    if target == "/usr":
-        return True
-    name = target[len("/cap/"):] if target.startswith("/cap/") else ""
+def _is_named(target: str, directory: str) -> bool:
+    """``target`` is DIRECTORY/NAME with NAME lowercase letters, digits, '_' and '-' (at most 64, first alphanumeric)."""
+    name = target[len(directory):] if target.startswith(directory) else ""
     return 0 < len(name) <= 64 and name[0] in _NAME_START and all(char in _NAME_CHARS for char in name)
+
+
+def is_capability_target(target: str) -> bool:
+    """Where a read-only CAPABILITY may go: /usr, or /cap/NAME."""
+    return target == "/usr" or _is_named(target, "/cap/")
+
+
+def is_output_target(target: str) -> bool:
+    """Where a writable OUTPUT may go: /out/NAME."""
+    return _is_named(target, "/out/")
 
 
 def receive_setup(channel: Channel, nonce: bytes) -> Setup:
@@ -90,13 +100,18 @@ def receive_setup(channel: Channel, nonce: bytes) -> Setup:
     setup.interpreter, setup.interpreter_path = message.fds[0], message.fields["path"]
     channel.ack(message)
     while True:
-        message = channel.receive("CAPABILITY", "SETUP_END")
+        message = channel.receive("CAPABILITY", "OUTPUT", "SETUP_END")
         if message.name == "SETUP_END":
             channel.ack(message)
             return setup
         target = message.fields["target"]
-        if not is_capability_target(target) or target in {known for _, known in setup.capabilities}:
+        known = {target for _, target in setup.capabilities + setup.outputs}
+        if message.name == "CAPABILITY":
+            valid, place, trees = is_capability_target(target), "/usr or a new /cap/NAME", setup.capabilities
+        else:
+            valid, place, trees = is_output_target(target), "a new /out/NAME", setup.outputs
+        if not valid or target in known:
             os.close(message.fds[0])
-            raise ProtocolError(f"capability target {target!r} is not /usr or a new /cap/NAME")
-        setup.capabilities.append((message.fds[0], target))
+            raise ProtocolError(f"{message.name.lower()} target {target!r} is not {place}")
+        trees.append((message.fds[0], target))
         channel.ack(message)

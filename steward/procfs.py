@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 
 
@@ -51,3 +52,107 @@ def host_pid_of_child(parent: int, inner_pid: int) -> int:
         if namespace_pids(child)[-1] == inner_pid:
             return child
     raise LookupError(f"process {parent} has no child that is pid {inner_pid} in its namespace")
+
+
+def _ended(error: OSError) -> bool:
+    return error.errno in (errno.ESRCH, errno.ENOENT)
+
+
+class ProcessHandle:
+    """A ``/proc/<pid>`` directory descriptor opened when an identity is recorded (C2).
+
+    The descriptor stays bound to that one process: once it has been reaped,
+    reading through it fails with ESRCH even if the pid is reused, so a
+    non-child is proved absent without any wait call and without trusting a
+    pid number alone. ``close`` releases it.
+    """
+
+    def __init__(self, pid: int, starttime: int, fd: int) -> None:
+        self.pid = pid
+        self.starttime = starttime
+        self._fd: int | None = fd
+
+    @classmethod
+    def open(cls, pid: int, starttime: int) -> "ProcessHandle":
+        """Open the handle of ``pid`` and check that it is the process that started at ``starttime``."""
+        fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        handle = cls(pid, starttime, fd)
+        if handle.gone():
+            handle.close()
+            raise LookupError(f"process {pid} with start time {starttime} is not running")
+        return handle
+
+    def gone(self) -> bool:
+        """True when the recorded process no longer exists (not even as a zombie)."""
+        if self._fd is None:
+            raise ValueError("the process handle is closed")
+        try:
+            with open(os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._fd)) as file:
+                text = file.read()
+        except OSError as error:
+            if _ended(error):
+                return True
+            raise
+        if not text:
+            return True
+        return parse_stat(text)[2] != self.starttime
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One process as a procfs scan saw it."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    starttime: int
+    state: str
+    uids: tuple[int, ...]
+    gids: tuple[int, ...]
+
+
+def _ids(status: str, key: str) -> tuple[int, ...]:
+    for line in status.splitlines():
+        if line.startswith(key):
+            return tuple(int(item) for item in line.split()[1:])
+    return ()
+
+
+def scan() -> list[Entry]:
+    """Every process of the host, read relative to one ``/proc`` descriptor; one that ends meanwhile is skipped."""
+    proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    found = []
+    try:
+        for name in os.listdir(proc_fd):
+            if not name.isdigit():
+                continue
+            try:
+                pid_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc_fd)
+            except OSError as error:
+                if _ended(error):
+                    continue
+                raise
+            try:
+                with open(os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=pid_fd)) as file:
+                    stat_text = file.read()
+                with open(os.open("status", os.O_RDONLY | os.O_CLOEXEC, dir_fd=pid_fd)) as file:
+                    status_text = file.read()
+            except OSError as error:
+                if _ended(error):
+                    continue
+                raise
+            finally:
+                os.close(pid_fd)
+            if not stat_text or not status_text:
+                continue
+            ppid, pgid, starttime = parse_stat(stat_text)
+            state = stat_text[stat_text.rindex(")") + 2:].split(" ", 1)[0]
+            found.append(Entry(int(name), ppid, pgid, starttime, state, _ids(status_text, "Uid:"), _ids(status_text, "Gid:")))
+    finally:
+        os.close(proc_fd)
+    return sorted(found, key=lambda entry: entry.pid)

@@ -9,7 +9,7 @@ bytes is the shipped launcher's digest. ``python -I -S FILE`` runs such a zip
 directly.
 
 A launcher is provisioned into ``<state root>/staging``, a root-owned 0700
-directory, with ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0500, then fsynced with
+directory (steward/stateroot.py), with ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0500, then fsynced with
 its directory. Before it is started it is reopened and checked: a regular
 file, root-owned, mode 0500, one link, and the shipped digest. The descriptor
 that was checked is the one the interpreter runs (``/proc/self/fd/N``).
@@ -31,11 +31,11 @@ import launcher
 from journal.createonly import write_durably
 from journal.errors import Refused
 from launcher.digest import sha256_of_fd
+from steward.stateroot import STAGING, StateRoot
 
 ENTRY = b"from launcher.__main__ import main\nmain()\n"
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 LAUNCHER_MODE = 0o500
-STAGING = "staging"
 
 
 def _entry(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
@@ -72,37 +72,16 @@ def shipped() -> tuple[bytes, bytes]:
     return data, hashlib.sha256(data).digest()
 
 
-def _check_directory(fd: int, shown: str, forbidden: int, rule: str) -> None:
-    info = os.fstat(fd)
-    if info.st_uid != 0:
-        raise Refused(shown, f"is owned by uid {info.st_uid}; it must be owned by root")
-    if info.st_mode & forbidden:
-        raise Refused(shown, f"has mode {stat.S_IMODE(info.st_mode):04o}; {rule}")
+def open_staging(state_root: "StateRoot | str") -> tuple[int, str]:
+    """(a descriptor for ``<state root>/staging``, the state root's path), after the state root's checks.
 
-
-def open_staging(state_root: str) -> int:
-    """A descriptor for ``<state root>/staging``, created 0700 when missing, after its ownership checks."""
-    os.makedirs(state_root, mode=0o700, exist_ok=True)
-    root_fd = os.open(state_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        _check_directory(root_fd, state_root, 0o022, "the state root must not be writable by group or other")
-        try:
-            os.mkdir(STAGING, 0o700, dir_fd=root_fd)
-        except FileExistsError:
-            pass
-        shown = os.path.join(state_root, STAGING)
-        try:
-            fd = os.open(STAGING, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
-        except OSError as error:
-            raise Refused(shown, f"cannot be opened as a directory ({error.strerror})") from None
-    finally:
-        os.close(root_fd)
-    try:
-        _check_directory(fd, shown, 0o077, "the staging directory must be 0700, with no group or other access")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    ``state_root`` is an open :class:`~steward.stateroot.StateRoot` or its path;
+    the staging directory is root-owned 0700 (steward/stateroot.py).
+    """
+    if isinstance(state_root, StateRoot):
+        return os.dup(state_root.area(STAGING)), state_root.path
+    with StateRoot.open(state_root) as root:
+        return os.dup(root.area(STAGING)), root.path
 
 
 def provision(staging_fd: int, name: str, data: bytes, *, shown: str) -> None:

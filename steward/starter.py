@@ -8,11 +8,19 @@ waits for the record to be durable, before it releases a blocked process
 ACKs a mount or unmount. It reaps the two processes it is the parent of, the
 launcher's first stage and the sandbox's pid 1, by pid, and records their raw
 wait statuses; op statuses come from pid 1, their parent.
+
+The outer process group is stage 1's group, which pid 1 joins through
+CLONE_PARENT. At teardown the starter alone claims it absent, and only after
+three steps in order (C3): a pidfd shows each member it is the parent of is a
+zombie (``waitid(P_PIDFD, WEXITED|WNOWAIT)``, so no pid of the group can be
+reused), a descriptor-relative procfs scan finds no other member, and then
+those exact children are reaped. It never calls ``waitpid(-1)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hmac
 import os
 import secrets
@@ -21,50 +29,33 @@ import signal
 import socket
 import subprocess
 
-from journal.errors import Refused
 from launcher import drop, limits, protocol
 from launcher.protocol import Channel, ProtocolError
 from steward import cgroups, dedicated, procfs, provision
+from steward.api import Limits
 from steward.failure import SandboxFailure
 from steward.ledger import IntentLedger
 from steward.runtime import open_runtime
+from steward.stateroot import StateRoot
 
 HOSTNAME = "casebox"
 BOOTSTRAP_SECONDS = 20.0
 REPORT_GRACE_SECONDS = 10.0
 SHUTDOWN_SECONDS = 5.0
 _STDERR_TAIL = 2000
-MIB = 1 << 20
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """A sandbox's caps. ``processes`` counts the op's processes; pid 1 is one more."""
-
-    tmp_bytes: int = 64 * MIB
-    work_bytes: int = 256 * MIB
-    memory_bytes: int = 512 * MIB
-    processes: int = 64
-    files: int = 256
-
-    @property
-    def address_space(self) -> int:
-        # Virtual size runs well above resident size (shared libraries,
-        # reserved arenas), so where a memory cgroup is the cap and the
-        # MEMORY detector, RLIMIT_AS stays a generous backstop above it.
-        return 2 * self.memory_bytes + 256 * MIB
-
-    @property
-    def file_size(self) -> int:
-        return max(self.tmp_bytes, self.work_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
+    """What a sandbox gets. Each capability and output is (NAME, directory descriptor); the caller keeps
+    ownership of the descriptors. A capability is mounted read-only at /cap/NAME, an output writable (nosuid,
+    nodev, noexec) at /out/NAME."""
+
     uid: int
     gid: int
-    capabilities: tuple[tuple[str, str], ...] = ()
+    capabilities: tuple[tuple[str, int], ...] = ()
     limits: Limits = Limits()
+    outputs: tuple[tuple[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +72,7 @@ class OpResult:
     stderr: bytes
     stdout_truncated: bool
     stderr_truncated: bool
+    op_id: str = ""
 
     @property
     def exit_code(self) -> int | None:
@@ -99,6 +91,7 @@ class OpNotStarted:
     errno: int
     wait_status: int
     descendants_reaped: int
+    op_id: str = ""
 
 
 def _reap(pid: int, seconds: float) -> int:
@@ -112,21 +105,48 @@ def _reap(pid: int, seconds: float) -> int:
     return os.waitpid(pid, 0)[1]
 
 
-def _open_capability(name: str, directory: str) -> int:
+def _group_of(pid: int) -> int | None:
     try:
-        return os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return procfs.identity(pid).pgid
     except OSError as error:
-        raise Refused(f"--ro {name}={directory}", f"cannot be opened as a directory ({error.strerror})") from None
+        if error.errno in (errno.ENOENT, errno.ESRCH):
+            return None
+        raise
+
+
+def _await_zombie(pid: int, seconds: float) -> int | None:
+    """A pidfd of our child ``pid`` once it is a zombie (SIGKILLed if it outlives ``seconds``), or None.
+
+    ``waitid(P_PIDFD, WEXITED|WNOWAIT)`` confirms the exit and leaves the
+    zombie in place, so its pid, and the group it belongs to, cannot be reused
+    before the caller reaps it.
+    """
+    pidfd = os.pidfd_open(pid)
+    try:
+        if not select.select([pidfd], [], [], seconds)[0]:
+            os.kill(pid, signal.SIGKILL)
+            if not select.select([pidfd], [], [], SHUTDOWN_SECONDS)[0]:
+                os.close(pidfd)
+                return None
+        os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOWAIT)
+    except BaseException:
+        os.close(pidfd)
+        raise
+    return pidfd
 
 
 class Sandbox:
-    """One READY sandbox; ``run`` one op at a time, then ``close``."""
+    """One READY sandbox; ``run`` one op at a time, then ``close``.
 
-    def __init__(self, spec: Spec, ledger: IntentLedger, state_root: str) -> None:
+    ``state_root`` is an open :class:`StateRoot` or the path of one; ``sandbox_id``
+    names the sandbox's op ids, staging files and cgroup (random when not given).
+    """
+
+    def __init__(self, spec: Spec, ledger: IntentLedger, state_root: StateRoot | str, sandbox_id: str | None = None) -> None:
         self.spec = spec
         self.ledger = ledger
         self.state_root = state_root
-        self.id = secrets.token_hex(8)
+        self.id = sandbox_id or secrets.token_hex(8)
         self.channel: Channel | None = None
         self.cgroup: cgroups.SandboxCgroup | None = None
         self.staging_fd = -1
@@ -141,35 +161,48 @@ class Sandbox:
         self.nonce: bytes | None = None
         self.hidepid = False
         self.launcher_stderr = ""
+        self.outer_pgid = 0
+        # None until teardown; then True only if the outer group was proved absent (C3).
+        self.outer_absent: bool | None = None
+        self.ready: dict | None = None
 
     # -- start -----------------------------------------------------------
 
     @classmethod
-    def start(cls, spec: Spec, *, ledger: IntentLedger, state_root: str) -> "Sandbox":
+    def start(
+        cls, spec: Spec, *, ledger: IntentLedger, state_root: StateRoot | str, sandbox_id: str | None = None
+    ) -> "Sandbox":
         """Provision, start and bootstrap a sandbox up to READY; nothing is left behind on failure."""
-        sandbox = cls(spec, ledger, state_root)
-        try:
-            sandbox._start()
-        except BaseException as error:
-            sandbox._teardown()
-            if isinstance(error, ProtocolError):
-                raise SandboxFailure(sandbox._explain(error)) from None
-            raise
+        sandbox = cls(spec, ledger, state_root, sandbox_id)
+        sandbox.boot()
         return sandbox
+
+    def boot(self) -> None:
+        """Bring this sandbox up to READY; on failure everything is torn down (and the outer group claimed, C3)."""
+        try:
+            self._start()
+        except BaseException as error:
+            self._teardown()
+            if isinstance(error, ProtocolError):
+                raise SandboxFailure(self._explain(error)) from None
+            raise
 
     def _op_id(self, what: str) -> str:
         return f"{self.id}.{what}"
 
     def _start(self) -> None:
-        capability_fds = [(os.open("/usr", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), "/usr")]
+        usr_fd = os.open("/usr", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        trees = [
+            ("CAPABILITY", usr_fd, "/usr"),
+            *(("CAPABILITY", fd, f"/cap/{name}") for name, fd in self.spec.capabilities),
+            *(("OUTPUT", fd, f"/out/{name}") for name, fd in self.spec.outputs),
+        ]
         runtime = None
         try:
-            for name, directory in self.spec.capabilities:
-                capability_fds.append((_open_capability(name, directory), f"/cap/{name}"))
             runtime = open_runtime()
             data, digest = provision.shipped()
-            self.staging_fd = provision.open_staging(self.state_root)
-            shown = os.path.join(self.state_root, provision.STAGING, self.launcher_name)
+            self.staging_fd, root_path = provision.open_staging(self.state_root)
+            shown = os.path.join(root_path, provision.STAGING, self.launcher_name)
             provision.provision(self.staging_fd, self.launcher_name, data, shown=shown)
             launcher_fd = provision.open_verified(self.staging_fd, self.launcher_name, digest, shown=shown)
             try:
@@ -184,10 +217,9 @@ class Sandbox:
                 os.close(launcher_fd)
             self.channel = Channel(connection, protocol.STARTER)
             self._hello()
-            self._setup(digest, runtime, capability_fds)
+            self._setup(digest, runtime, trees)
         finally:
-            for fd, _ in capability_fds:
-                os.close(fd)
+            os.close(usr_fd)
             if runtime is not None:
                 runtime.close()
         self._bootstrap()
@@ -220,6 +252,7 @@ class Sandbox:
         self.stage_one = process
         self.unreaped[process.pid] = self._op_id("launcher")
         found = procfs.identity(process.pid)
+        self.outer_pgid = found.pgid
         self.ledger.process_intent(self._op_id("launcher"), "launcher", found.pid, found.starttime, found.pgid)
         # While stage 1's interpreter starts (it then waits for the nonce):
         # S6, checked before anything runs as the dedicated ids, and the cgroup.
@@ -266,7 +299,7 @@ class Sandbox:
             raise ProtocolError("the launcher's nonce is wrong")
         self.channel.ack(message)
 
-    def _setup(self, digest: bytes, runtime, capability_fds: list[tuple[int, str]]) -> None:
+    def _setup(self, digest: bytes, runtime, trees: list[tuple[str, int, str]]) -> None:
         spec, caps = self.spec, self.spec.limits
         self.channel.leaf(
             "SETUP",
@@ -285,8 +318,8 @@ class Sandbox:
         )
         self.channel.leaf("IMPORT_DIR", (runtime.import_dir_fd,))
         self.channel.leaf("INTERPRETER", (runtime.interpreter_fd,), path=runtime.interpreter)
-        for fd, target in capability_fds:
-            self.channel.leaf("CAPABILITY", (fd,), target=target)
+        for message, fd, target in trees:
+            self.channel.leaf(message, (fd,), target=target)
         self.channel.leaf("SETUP_END")
 
     def _bootstrap(self) -> None:
@@ -305,6 +338,7 @@ class Sandbox:
                 except drop.DropError as error:
                     raise ProtocolError(str(error)) from None
                 self.hidepid = message.fields["proc_hidepid"]
+                self.ready = dict(message.fields)
                 self.channel.ack(message)
                 self.channel.sock.settimeout(None)
                 return
@@ -402,7 +436,7 @@ class Sandbox:
         self.channel.ack(message)
         self.channel.sock.settimeout(None)
         if message.name == "OP_NOT_STARTED":
-            return OpNotStarted(fields["step"], fields["errno"], fields["wait_status"], fields["descendants_reaped"])
+            return OpNotStarted(fields["step"], fields["errno"], fields["wait_status"], fields["descendants_reaped"], op_id)
         observed = {fields["limit"]}
         if after[0] > before[0]:
             observed.add("MEMORY")
@@ -419,6 +453,7 @@ class Sandbox:
             stderr=fields["stderr"],
             stdout_truncated=fields["stdout_truncated"],
             stderr_truncated=fields["stderr_truncated"],
+            op_id=op_id,
         )
 
     # -- teardown ----------------------------------------------------------
@@ -438,12 +473,13 @@ class Sandbox:
         if self.channel is not None:
             self.channel.sock.close()
             self.channel = None
-        for pid, op_id in list(self.unreaped.items()):
-            status = _reap(pid, SHUTDOWN_SECONDS if pid == self.init_pid else 0)
-            del self.unreaped[pid]
-            if self.stage_one is not None and pid == self.stage_one.pid:
-                self.stage_one.returncode = os.waitstatus_to_exitcode(status)
-            self.ledger.process_terminal(op_id, status, "steward")
+        if self.stage_one is not None and self.stage_one.pid in self.unreaped:
+            status = _reap(self.stage_one.pid, 0)
+            del self.unreaped[self.stage_one.pid]
+            self.stage_one.returncode = os.waitstatus_to_exitcode(status)
+            self.ledger.process_terminal(self._op_id("launcher"), status, "steward")
+        if self.stage_one is not None:
+            self._close_outer_group()
         if self.stage_one is not None and self.stage_one.stderr is not None and not self.stage_one.stderr.closed:
             # Every writer (stage 1, pid 1) is reaped, so this read ends.
             lines = [line for line in self.stage_one.stderr.read().decode("utf-8", "replace").splitlines() if line.strip()]
@@ -459,6 +495,42 @@ class Sandbox:
                 pass
             os.close(self.staging_fd)
             self.staging_fd = -1
+
+    def _close_outer_group(self) -> None:
+        """C3: claim the outer group absent only after zombie, scan, then the exact reap of each member.
+
+        The members we are the parent of are pid 1 and, if stage 1 failed after
+        cloning it but before its CHILD report arrived, a pid 1 whose pid we
+        were never told: such a clone is found among our own children by its
+        group, and counted as a descendant of stage 1 when reaped.
+        """
+        group = self.outer_pgid
+        unknown = [
+            pid for pid in procfs.children(os.getpid())
+            if pid not in self.unreaped and _group_of(pid) == group
+        ]
+        members = [pid for pid in self.unreaped] + unknown
+        zombies: dict[int, int] = {}
+        stuck = []
+        try:
+            for pid in members:
+                pidfd = _await_zombie(pid, SHUTDOWN_SECONDS if pid == self.init_pid else 0)
+                if pidfd is None:
+                    stuck.append(pid)
+                else:
+                    zombies[pid] = pidfd
+            others = [entry.pid for entry in procfs.scan() if entry.pgid == group and entry.pid not in zombies]
+            for pid in list(zombies):
+                status = os.waitpid(pid, 0)[1]
+                os.close(zombies.pop(pid))
+                if pid in self.unreaped:
+                    self.ledger.process_terminal(self.unreaped.pop(pid), status, "steward")
+            if unknown:
+                self.ledger.descendants_terminal(self._op_id("launcher"), len([pid for pid in unknown if pid not in stuck]))
+            self.outer_absent = not others and not stuck
+        finally:
+            for pidfd in zombies.values():
+                os.close(pidfd)
 
     def _explain(self, error: ProtocolError) -> str:
         """One sentence, after teardown: why the sandbox failed, with the launcher's last stderr line if any."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import textwrap
 
@@ -11,7 +12,8 @@ import pytest
 
 from executor.commands.sandbox import SANDBOX_ENV
 from steward.ledger import RecordingLedger
-from steward.starter import Limits, OpResult, Sandbox, Spec
+from steward.api import Limits
+from steward.starter import OpResult, Sandbox, Spec
 
 PYTHON = "/usr/bin/python3"
 
@@ -57,10 +59,16 @@ def state_root(tmp_path) -> str:
 
 
 def start(sandbox_ids, state_root: str, *, capabilities=(), limits: Limits = Limits(), ledger=None) -> Sandbox:
+    """A READY sandbox; each capability is (NAME, DIR), opened here as the sandbox takes descriptors."""
     uid, gid = sandbox_ids
-    return Sandbox.start(
-        Spec(uid, gid, tuple(capabilities), limits), ledger=ledger or RecordingLedger(), state_root=state_root
-    )
+    opened = [(name, os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for name, directory in capabilities]
+    try:
+        return Sandbox.start(
+            Spec(uid, gid, tuple(opened), limits), ledger=ledger or RecordingLedger(), state_root=state_root
+        )
+    finally:
+        for _, fd in opened:
+            os.close(fd)
 
 
 def run(sandbox_ids, state_root: str, argv, *, capabilities=(), limits: Limits = Limits(), timeout_ms=20_000,

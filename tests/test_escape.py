@@ -17,7 +17,8 @@ import pytest
 
 from sandbox_support import contained, hostile, run, start, state_root  # noqa: F401
 from steward import cgroups
-from steward.starter import Limits, OpResult
+from steward.api import Limits
+from steward.starter import OpResult
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("contained")]
 OBSERVED_BY_CGROUP = cgroups.detect() is not None

@@ -19,7 +19,7 @@ NAME = "launcher-test.pyz"
 @pytest.fixture
 def staging(tmp_path):
     state = tmp_path / "state"
-    fd = provision.open_staging(str(state))
+    fd, _ = provision.open_staging(str(state))
     yield fd, state / "staging"
     os.close(fd)
 
@@ -140,5 +140,5 @@ def test_a_state_root_writable_by_others_is_refused(tmp_path):
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     os.chmod(state, 0o777)
-    with pytest.raises(Refused, match="must not be writable by group or other"):
+    with pytest.raises(Refused, match="must be 0700"):
         provision.open_staging(str(state))

@@ -16,6 +16,7 @@ import time
 import prctl
 import pytest
 
+from journal.errors import Refused
 from journal.reader import Verdict, read_journal
 from journal.writer import JournalWriter
 from launcher import protocol, reexec, rendezvous, syscalls
@@ -24,7 +25,8 @@ from sandbox_support import PYTHON, contained, hostile, processes_of, run, start
 from steward import procfs, provision, starter
 from steward.failure import SandboxFailure
 from steward.ledger import RecordingLedger
-from steward.starter import Limits, OpNotStarted, OpResult, Sandbox, Spec
+from steward.api import Limits
+from steward.starter import OpNotStarted, OpResult, Sandbox, Spec
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("contained")]
 GREP_STATUS = ["/usr/bin/grep", "-E", "^(Groups|Sig(Blk|Ign)|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):", "/proc/self/status"]
@@ -212,7 +214,7 @@ def test_the_bootstrap_builds_the_documented_filesystem(sandbox_ids, state_root,
     assert mounts["/proc"][1] == "proc" and "hidepid=invisible" in mounts["/proc"][2]
     assert "size=8192k" in mounts["/tmp"][2] and "size=16384k" in mounts["/work"][2]
     assert seen["dev"] == ["fd", "full", "null", "random", "stderr", "stdin", "stdout", "urandom", "zero"]
-    assert seen["root"] == ["bin", "cap", "dev", "lib", "lib64", "proc", "sbin", "tmp", "usr", "work"]
+    assert seen["root"] == ["bin", "cap", "dev", "lib", "lib64", "out", "proc", "sbin", "tmp", "usr", "work"]
     assert seen["hostname"] == "casebox" and seen["lo_up"] is True
     assert seen["limits"]["Max core file size"] == "0"
     assert seen["limits"]["Max processes"] == "22"
@@ -303,7 +305,7 @@ def test_a_dedicated_id_in_use_refuses_the_session(sandbox_ids, state_root):
     uid, gid = sandbox_ids
     squatter = subprocess.Popen(["/usr/bin/sleep", "30"], user=uid, group=gid)
     try:
-        with pytest.raises(starter.Refused, match=f"sandbox uid {uid}.*already runs as it"):
+        with pytest.raises(Refused, match=f"sandbox uid {uid}.*already runs as it"):
             start(sandbox_ids, state_root)
     finally:
         squatter.kill()

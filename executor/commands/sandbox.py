@@ -15,9 +15,10 @@ from executor.frontend import EXIT_OK, InternalFailure
 from journal.errors import Refused
 from journal.strictjson import canonical, decode_lossy
 from launcher.protocol import MAX_OUTPUT_CAP
+from steward.api import MIB, Limits
 from steward.failure import SandboxFailure
 from steward.ledger import RecordingLedger
-from steward.starter import MIB, Limits, OpNotStarted, Sandbox, Spec
+from steward.starter import OpNotStarted, Sandbox, Spec
 
 CAPABILITY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
@@ -85,8 +86,7 @@ def _spec(args: argparse.Namespace, config: configuration.Config, capabilities: 
     return Spec(
         uid=config.sandbox_uid,
         gid=config.sandbox_gid,
-        # The starter opens the descriptor the check returned, never the user's path again.
-        capabilities=tuple((name, f"/proc/self/fd/{fd}") for name, fd in capabilities),
+        capabilities=tuple(capabilities),
         limits=Limits(
             tmp_bytes=args.tmp_mb * MIB,
             work_bytes=args.work_mb * MIB,

@@ -1,0 +1,301 @@
+"""The steward session API's values: the same objects in process and over the socket (docs/steward-protocol.md).
+
+Each result type converts to and from its closed wire form (``to_wire`` and
+``from_wire``): canonical JSON values, bytes as base64 text. This module is
+light (the standard library and journal/) so an unprivileged client can use
+it without the root side's dependencies.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import re
+
+from journal.closed import ClosedObject, check_str
+from journal.format import ID
+from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError
+
+MIB = 1 << 20
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}\Z")
+NAME_RULE = "must be a name: 1 to 40 of a-z 0-9 _ -, starting with a letter or digit"
+INVENTORY_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
+MAX_OUTPUT = 256 << 10
+# An evidence file the client stores in its stage (a receipt) and gets back at close with the journal and seal.json.
+EVIDENCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}\Z")
+EVIDENCE_RULE = "must be one file name of A-Z a-z 0-9 . _ -, starting with a letter or digit, at most 255 bytes"
+MAX_EVIDENCE_BYTES = 64 << 10
+MAX_EVIDENCE_FILES = 254
+
+
+def check_name(name: object, where: str) -> str:
+    """A capability or output name: it becomes /cap/NAME or /out/NAME in a sandbox."""
+    if type(name) is not str or not NAME.match(name):
+        raise StrictJSONError(where, NAME_RULE)
+    return name
+
+
+def _id(fields: ClosedObject, key: str) -> str:
+    return fields.pop_str(key, max_bytes=64, pattern=ID, rule="must be an id")
+
+
+def _int(fields: ClosedObject, key: str, high: int = MAX_SAFE_INTEGER) -> int:
+    return fields.pop_int(key, low=0, high=high)
+
+
+def _bytes(fields: ClosedObject, key: str, cap: int) -> bytes:
+    text = fields.pop_str(key, max_bytes=(cap + 2) // 3 * 4, ascii_only=True)
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, ValueError):
+        raise StrictJSONError(f"{fields.path}.{key}", "must be base64") from None
+
+
+def _nullable_int(fields: ClosedObject, key: str) -> int | None:
+    value = fields.pop_nullable(key)
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise StrictJSONError(f"{fields.path}.{key}", "must be null or a non-negative integer")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """A sandbox's caps. ``processes`` counts the op's processes; pid 1 is one more."""
+
+    tmp_bytes: int = 64 * MIB
+    work_bytes: int = 256 * MIB
+    memory_bytes: int = 512 * MIB
+    processes: int = 64
+    files: int = 256
+
+    @property
+    def address_space(self) -> int:
+        # Virtual size runs well above resident size (shared libraries,
+        # reserved arenas), so where a memory cgroup is the cap and the
+        # MEMORY detector, RLIMIT_AS stays a generous backstop above it.
+        return 2 * self.memory_bytes + 256 * MIB
+
+    @property
+    def file_size(self) -> int:
+        return max(self.tmp_bytes, self.work_bytes)
+
+    def to_wire(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_wire(cls, fields: ClosedObject) -> "Limits":
+        limits = cls(
+            tmp_bytes=fields.pop_int("tmp_bytes", low=MIB, high=64 << 30),
+            work_bytes=fields.pop_int("work_bytes", low=MIB, high=64 << 30),
+            memory_bytes=fields.pop_int("memory_bytes", low=16 * MIB, high=64 << 30),
+            processes=fields.pop_int("processes", low=1, high=4_096),
+            files=fields.pop_int("files", low=16, high=65_536),
+        )
+        fields.done()
+        return limits
+
+
+@dataclasses.dataclass(frozen=True)
+class Opened:
+    """A new session: its stage, its journal and the head after GENESIS."""
+
+    stage_id: str
+    journal_id: str
+    attempt_id: str
+    head: str
+
+    def to_wire(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_wire(cls, fields: ClosedObject) -> "Opened":
+        value = cls(_id(fields, "stage_id"), _id(fields, "journal_id"), _id(fields, "attempt_id"), fields.pop_sha256("head"))
+        fields.done()
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """A READY sandbox: its id, the journal head, and the launcher's proof of the drop (S5)."""
+
+    sandbox: str
+    head: str
+    uids: tuple[str, ...]
+    gids: tuple[str, ...]
+    groups: str
+    setuid0_errno: int
+    securebits: int
+    capabilities: int
+    no_new_privs: bool
+    proc_hidepid: bool
+
+    def to_wire(self) -> dict:
+        values = dataclasses.asdict(self)
+        values["uids"], values["gids"] = list(self.uids), list(self.gids)
+        return values
+
+    @classmethod
+    def from_wire(cls, fields: ClosedObject) -> "Ready":
+        def strings(key: str) -> tuple[str, ...]:
+            return tuple(str(item) for _, item in fields.pop_list(key, min_items=4, max_items=4))
+
+        value = cls(
+            sandbox=_id(fields, "sandbox"),
+            head=fields.pop_sha256("head"),
+            uids=strings("uids"),
+            gids=strings("gids"),
+            groups=fields.pop_str("groups", max_bytes=4_096),
+            setuid0_errno=_int(fields, "setuid0_errno", 4_095),
+            securebits=_int(fields, "securebits", 0xFFFF),
+            capabilities=_int(fields, "capabilities"),
+            no_new_privs=fields.pop_bool("no_new_privs"),
+            proc_hidepid=fields.pop_bool("proc_hidepid"),
+        )
+        fields.done()
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class OpOutcome:
+    """One op as the launcher observed it, with its process identity exactly as the journal recorded it.
+
+    ``started`` is False for an op whose child failed before exec (``step``
+    and ``errno`` say where); it has a wait status but no limit class and no
+    exit code. ``terminal_head`` is the journal head right after the op's
+    PROCESS_TERMINAL, ``head`` the head after its DESCENDANTS_TERMINAL.
+    """
+
+    sandbox: str
+    op_id: str
+    pid: int
+    starttime: int
+    pgid: int
+    started: bool
+    wait_status: int
+    descendants_reaped: int
+    limit: str | None
+    wall_ms: int | None
+    cpu_ms: int | None
+    max_rss_kib: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    step: str | None
+    errno: int | None
+    terminal_head: str
+    head: str
+
+    def to_wire(self) -> dict:
+        values = dataclasses.asdict(self)
+        values["stdout"] = base64.b64encode(self.stdout).decode("ascii")
+        values["stderr"] = base64.b64encode(self.stderr).decode("ascii")
+        return values
+
+    @classmethod
+    def from_wire(cls, fields: ClosedObject) -> "OpOutcome":
+        limit = fields.pop_nullable("limit")
+        step = fields.pop_nullable("step")
+        if limit is not None and (type(limit) is not str or not limit.isascii() or len(limit) > 32):
+            raise StrictJSONError(f"{fields.path}.limit", "must be null or a limit class")
+        if step is not None and (type(step) is not str or len(step) > 64):
+            raise StrictJSONError(f"{fields.path}.step", "must be null or a step name")
+        value = cls(
+            sandbox=_id(fields, "sandbox"),
+            op_id=_id(fields, "op_id"),
+            pid=fields.pop_int("pid", low=1, high=4_194_304),
+            starttime=_int(fields, "starttime"),
+            pgid=fields.pop_int("pgid", low=1, high=4_194_304),
+            started=fields.pop_bool("started"),
+            wait_status=_int(fields, "wait_status", 0xFFFF),
+            descendants_reaped=_int(fields, "descendants_reaped", 2**32 - 1),
+            limit=limit,
+            wall_ms=_nullable_int(fields, "wall_ms"),
+            cpu_ms=_nullable_int(fields, "cpu_ms"),
+            max_rss_kib=_nullable_int(fields, "max_rss_kib"),
+            stdout=_bytes(fields, "stdout", MAX_OUTPUT),
+            stderr=_bytes(fields, "stderr", MAX_OUTPUT),
+            stdout_truncated=fields.pop_bool("stdout_truncated"),
+            stderr_truncated=fields.pop_bool("stderr_truncated"),
+            step=step,
+            errno=_nullable_int(fields, "errno"),
+            terminal_head=fields.pop_sha256("terminal_head"),
+            head=fields.pop_sha256("head"),
+        )
+        fields.done()
+        return value
+
+    @property
+    def exit_code(self) -> int | None:
+        exited = self.started and self.wait_status & 0x7F == 0
+        return self.wait_status >> 8 if exited else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Sealed:
+    """A sealed output: its inventory digest (``sha256:`` and 64 hex), its counts and total bytes."""
+
+    name: str
+    inventory_digest: str
+    files: int
+    directories: int
+    bytes: int
+
+    def to_wire(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_wire(cls, fields: ClosedObject) -> "Sealed":
+        value = cls(
+            name=check_name(fields.pop_str("name", max_bytes=40), f"{fields.path}.name"),
+            inventory_digest=fields.pop_str("inventory_digest", max_bytes=71, pattern=INVENTORY_DIGEST, rule="must be sha256:HEX"),
+            files=_int(fields, "files"),
+            directories=_int(fields, "directories"),
+            bytes=_int(fields, "bytes"),
+        )
+        fields.done()
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Closed:
+    """A retired session: the sealed tombstone, the final head, the cleanup outcome and the diagnostic (C7)."""
+
+    stage_id: str
+    journal_id: str
+    attempt_id: str
+    head: str
+    tombstone: str
+    cleanup: str
+    diagnostic: str
+    exported: tuple[str, ...]
+
+    def to_wire(self) -> dict:
+        values = dataclasses.asdict(self)
+        values["exported"] = list(self.exported)
+        return values
+
+    @classmethod
+    def from_wire(cls, fields: ClosedObject) -> "Closed":
+        cleanup = fields.pop_str("cleanup", max_bytes=16)
+        if cleanup not in ("CLEANED", "UNVERIFIED"):
+            raise StrictJSONError(f"{fields.path}.cleanup", "must be CLEANED or UNVERIFIED")
+        value = cls(
+            stage_id=_id(fields, "stage_id"),
+            journal_id=_id(fields, "journal_id"),
+            attempt_id=_id(fields, "attempt_id"),
+            head=fields.pop_sha256("head"),
+            tombstone=fields.pop_str("tombstone", max_bytes=4_096),
+            cleanup=cleanup,
+            diagnostic=fields.pop_str("diagnostic", max_bytes=64, pattern=re.compile(r"[A-Z_]{1,64}\Z"), rule="must be a diagnostic code"),
+            exported=tuple(
+                check_str(item, path, max_bytes=255, pattern=EVIDENCE_NAME, rule=EVIDENCE_RULE)
+                for path, item in fields.pop_list("exported", min_items=0, max_items=MAX_EVIDENCE_FILES)
+            ),
+        )
+        fields.done()
+        return value
+

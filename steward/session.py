@@ -1,0 +1,542 @@
+"""The steward's session API, in process: one stage, one journal, its sandboxes, outputs, cleanup and retirement.
+
+``Steward(settings, capability_check=...).open_session(attempt_id)`` opens a
+stage; the :class:`Session` then takes capabilities, makes outputs, starts
+sandboxes and runs ops through them, seals outputs, stores evidence files,
+and finally closes: cleanup proof, CLEANUP_EVIDENCE, retirement into a
+sealed tombstone, and an export of the journal, the seal marker and the
+evidence files into the client's evidence directory. The server
+(steward/server.py) exposes exactly these calls over its socket, and the
+client (steward/client.py) offers the same methods, so a caller cannot tell
+an embedded session from a remote one. docs/steward-protocol.md is the
+reference.
+
+J1 runs through :class:`SessionLedger`: the stage's journal writer is the
+starter's intent ledger, and every record is durable before its effect. A
+``/proc/<pid>`` handle is opened for each process at intent time, so its
+absence can later be proved without a wait call (C2). Every capability is a
+close-once object (C9): the session owns each descriptor it accepted and
+closes each exactly once, when the session ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import stat
+import threading
+from typing import Callable, Sequence
+
+from journal.createonly import publish_once
+from journal.errors import Refused
+from journal.files import JOURNAL_NAME, read_stored
+from journal.format import ID
+from journal.reader import Verdict, read_journal
+from journal.seal import NAME as SEAL_NAME
+from journal.writer import JournalWriter
+from steward import api, attempts, cleanup, dedicated, documents, outputs, procfs, retirement
+from steward.api import Limits
+from steward.failure import SandboxFailure
+from steward.stateroot import STAGES, TOMBSTONES, Lease, StateRoot, make_directory_at, open_directory_at
+
+EVIDENCE = "evidence"
+AFTER_STAGE_DIRECTORY = "after_stage_directory"
+AFTER_PROCESS_INTENT = "after_process_intent"
+AFTER_MOUNT_INTENT = "after_mount_intent"
+AFTER_CLEANUP_EVIDENCE = "after_cleanup_evidence"
+SESSION_KILL_POINTS = (AFTER_STAGE_DIRECTORY, AFTER_PROCESS_INTENT, AFTER_MOUNT_INTENT, AFTER_CLEANUP_EVIDENCE)
+DEFAULT_OUTPUT_BYTES = 256 * api.MIB
+DEFAULT_OUTPUT_INODES = 16_384
+MAX_OUTPUT_BYTES = 8 << 30
+
+Hook = Callable[[str], None]
+# F4's one capability predicate: it gets each accepted descriptor and the name it will have, and
+# raises Refused for a directory that must not enter a sandbox. The composition root injects it.
+CapabilityCheck = Callable[[int, str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    state_root: str
+    uid: int
+    gid: int
+    lease_seconds: float = 120.0
+    timing: attempts.Timing = attempts.Timing()
+    helper_command: tuple[str, ...] = attempts.HELPER_COMMAND
+
+
+class SessionLedger:
+    """The stage's journal writer as the starter's intent ledger (J1), keeping a ``/proc`` handle per process."""
+
+    def __init__(self, writer: JournalWriter, hook: Hook | None) -> None:
+        self.writer = writer
+        self.hook = hook
+        self.handles: dict[str, procfs.ProcessHandle] = {}
+        self.identities: dict[str, tuple[int, int, int]] = {}
+        self.terminal_heads: dict[str, str] = {}
+
+    @property
+    def head(self) -> str:
+        return self.writer.head
+
+    def _pass(self, point: str) -> None:
+        if self.hook is not None:
+            self.hook(point)
+
+    def process_intent(self, op_id: str, role: str, pid: int, starttime: int, pgid: int) -> str:
+        handle = procfs.ProcessHandle.open(pid, starttime)
+        try:
+            head = self.writer.process_intent(op_id, role, pid, starttime, pgid)
+        except BaseException:
+            handle.close()
+            raise
+        self.handles[op_id] = handle
+        self.identities[op_id] = (pid, starttime, pgid)
+        self._pass(AFTER_PROCESS_INTENT)
+        return head
+
+    def process_released(self, op_id: str) -> str:
+        return self.writer.process_released(op_id)
+
+    def process_terminal(self, op_id: str, wait_status: int, reaper: str) -> str:
+        head = self.writer.process_terminal(op_id, wait_status, reaper)
+        self.terminal_heads[op_id] = head
+        return head
+
+    def descendants_terminal(self, op_id: str, count: int) -> str:
+        return self.writer.descendants_terminal(op_id, count)
+
+    def mount_intent(self, op_id: str, target: str, kind: str) -> str:
+        head = self.writer.mount_intent(op_id, target, kind)
+        self._pass(AFTER_MOUNT_INTENT)
+        return head
+
+    def mount_done(self, op_id: str, target: str, kind: str) -> str:
+        return self.writer.mount_done(op_id, target, kind)
+
+    def unmount_intent(self, op_id: str, target: str, kind: str) -> str:
+        return self.writer.unmount_intent(op_id, target, kind)
+
+    def unmount_done(self, op_id: str, target: str, kind: str) -> str:
+        return self.writer.unmount_done(op_id, target, kind)
+
+    def helper_attempt(self, attempt: int, response_digest: str, outcome: str) -> str:
+        return self.writer.helper_attempt(attempt, response_digest, outcome)
+
+    def cleanup_evidence(self, *fields: str) -> str:
+        head = self.writer.cleanup_evidence(*fields)
+        self._pass(AFTER_CLEANUP_EVIDENCE)
+        return head
+
+    def retirement_intent(self, note: str = "") -> str:
+        return self.writer.retirement_intent(note)
+
+    def retired(self, note: str = "") -> str:
+        return self.writer.retired(note)
+
+    def close(self) -> None:
+        for handle in self.handles.values():
+            handle.close()
+        self.handles = {}
+
+
+class Steward:
+    """The root side: one open state root; sessions are opened from it, in process or for the server."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        capability_check: CapabilityCheck,
+        hook: Hook | None = None,
+    ) -> None:
+        self.settings = settings
+        self.capability_check = capability_check
+        self.hook = hook
+        self.root = StateRoot.open(settings.state_root)
+
+    def open_session(self, attempt_id: str, *, client_uid: int | None = None) -> "Session":
+        """A new stage and journal for ``attempt_id``; refused while a live process uses the dedicated ids (S6).
+
+        ``client_uid`` is the peer's uid for a session served over the socket
+        (an evidence directory must then be the client's own); None in process.
+        """
+        if type(attempt_id) is not str or not ID.match(attempt_id):
+            raise Refused("attempt_id", "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric")
+        settings = self.settings
+        with self.root.lease(settings.uid, wait_seconds=settings.lease_seconds):
+            dedicated.require_unused(settings.uid, settings.gid)
+        return Session(self, attempt_id, client_uid)
+
+    def close(self) -> None:
+        self.root.close()
+
+
+class Session:
+    """One stage. Not thread-safe: one caller drives it, one call at a time."""
+
+    def __init__(self, steward: Steward, attempt_id: str, client_uid: int | None) -> None:
+        self.steward = steward
+        self.settings = steward.settings
+        self.root = steward.root
+        self.hook = steward.hook
+        self.client_uid = client_uid
+        self.attempt_id = attempt_id
+        self.stage_id = secrets.token_hex(8)
+        self.journal_id = secrets.token_hex(8)
+        self.capabilities: dict[str, int] = {}
+        self.live: dict[str, bool] = {}
+        self.sealed: dict[str, api.Sealed] = {}
+        self.sandbox = None
+        self.sandbox_outputs: set[str] = set()
+        self.sandboxes = 0
+        self.lease: Lease | None = None
+        self.outer: list[tuple[str, int, bool]] = []
+        self.ended = False
+        self._lock = threading.Lock()
+        self.stage_fd = make_directory_at(self.root.area(STAGES), self.stage_id, self.stage_path)
+        try:
+            os.fsync(self.root.area(STAGES))
+            self._pass(AFTER_STAGE_DIRECTORY)
+            self.writer = JournalWriter.create(
+                self.stage_fd, JOURNAL_NAME, journal_id=self.journal_id, stage_id=self.stage_id,
+                attempt_id=attempt_id, hook=self.hook,
+            )
+        except BaseException:
+            os.close(self.stage_fd)
+            raise
+        self.ledger = SessionLedger(self.writer, self.hook)
+        self.documents_fd = self._subdirectory(documents.DOCUMENTS)
+        self.live_fd = self._subdirectory(outputs.LIVE)
+        self.outputs_fd = self._subdirectory(outputs.OUTPUTS)
+        self.evidence_fd = self._subdirectory(EVIDENCE)
+        os.fsync(self.stage_fd)
+
+    # -- helpers -------------------------------------------------------------
+
+    @property
+    def stage_path(self) -> str:
+        return self.root.path_of(STAGES, self.stage_id)
+
+    def _pass(self, point: str) -> None:
+        if self.hook is not None:
+            self.hook(point)
+
+    def _subdirectory(self, name: str) -> int:
+        return make_directory_at(self.stage_fd, name, f"{self.stage_path}/{name}")
+
+    def _usable(self) -> None:
+        if self.ended:
+            raise Refused("session", "is already closed")
+
+    def info(self) -> api.Opened:
+        return api.Opened(self.stage_id, self.journal_id, self.attempt_id, self.ledger.head)
+
+    # -- capabilities and outputs ---------------------------------------------
+
+    def add_capability(self, name: str, fd: int) -> None:
+        """Accept a read-only directory capability; the session now owns ``fd`` and closes it exactly once (C9)."""
+        try:
+            self._usable()
+            api.check_name(name, "capability name")
+            if name in self.capabilities or name in self.live or name in self.sealed:
+                raise Refused(f"capability {name}", "is a name this session already uses")
+            if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise Refused(f"capability {name}", "must be a directory descriptor")
+            self.steward.capability_check(fd, f"capability {name}")
+        except BaseException:
+            os.close(fd)
+            raise
+        self.capabilities[name] = fd
+
+    def create_output(self, name: str, *, max_bytes: int = DEFAULT_OUTPUT_BYTES, max_inodes: int = DEFAULT_OUTPUT_INODES) -> None:
+        """A writable output the next sandbox fills at /out/NAME: a capped tmpfs in the stage (J1 for its mount)."""
+        self._usable()
+        outputs.check_name(name, "output name")
+        if name in self.capabilities or name in self.live or name in self.sealed:
+            raise Refused(f"output {name}", "is a name this session already uses")
+        if not (api.MIB <= max_bytes <= MAX_OUTPUT_BYTES and 16 <= max_inodes <= 1_000_000):
+            raise Refused(f"output {name}", f"needs 1 MiB to {MAX_OUTPUT_BYTES} bytes and 16 to 1,000,000 inodes")
+        outputs.mount_live(
+            self.live_fd, name, target=f"{self.stage_path}/{outputs.LIVE}/{name}", uid=self.settings.uid,
+            gid=self.settings.gid, max_bytes=max_bytes, max_inodes=max_inodes, ledger=self.ledger,
+        )
+        self.live[name] = True
+
+    def seal_output(self, name: str) -> api.Sealed:
+        """Seal an output no sandbox holds: a root-owned read-only copy with its inventory digest; unmount the tmpfs."""
+        self._usable()
+        if name not in self.live:
+            raise Refused(f"output {name}", "is not an unsealed output of this session")
+        if self.sandbox is not None and name in self.sandbox_outputs:
+            raise Refused(f"output {name}", "is still mounted in the open sandbox; close it first")
+        source = outputs.open_live(self.live_fd, name)
+        try:
+            inventory, files, directories, size = outputs.seal_copy(
+                source, self.outputs_fd, name, shown=f"{self.stage_path}/{outputs.LIVE}/{name}"
+            )
+        finally:
+            os.close(source)
+        data, _ = documents.encode(inventory)
+        digest = documents.keep(self.documents_fd, data, shown=f"{self.stage_path}/{documents.DOCUMENTS}")
+        self._unmount(name)
+        sealed = api.Sealed(name, f"sha256:{digest}", files, directories, size)
+        self.sealed[name] = sealed
+        return sealed
+
+    def _unmount(self, name: str) -> None:
+        outputs.unmount_live(self.live_fd, name, target=f"{self.stage_path}/{outputs.LIVE}/{name}", ledger=self.ledger)
+        del self.live[name]
+
+    def open_output(self, name: str) -> int:
+        """A read-only descriptor of a sealed output, for the client (which closes it)."""
+        self._usable()
+        if name not in self.sealed:
+            raise Refused(f"output {name}", "is not a sealed output of this session")
+        return outputs.open_sealed(self.outputs_fd, name)
+
+    def publish(self, name: str, data: bytes) -> None:
+        """Store an evidence file (a receipt) in the stage, created once (E4); it travels with the tombstone."""
+        self._usable()
+        if type(name) is not str or not api.EVIDENCE_NAME.match(name) or name in (JOURNAL_NAME, SEAL_NAME):
+            raise Refused(f"evidence {name}", api.EVIDENCE_RULE + ", and not journal or seal.json")
+        if len(data) > api.MAX_EVIDENCE_BYTES:
+            raise Refused(f"evidence {name}", f"is larger than {api.MAX_EVIDENCE_BYTES} bytes")
+        stored = os.listdir(self.evidence_fd)
+        if len(stored) >= api.MAX_EVIDENCE_FILES and name not in stored:
+            raise Refused(f"evidence {name}", f"would be more than {api.MAX_EVIDENCE_FILES} evidence files")
+        publish_once(self.evidence_fd, name, data, mode=0o444, shown=f"{self.stage_path}/{EVIDENCE}/{name}")
+
+    # -- sandboxes ----------------------------------------------------------------
+
+    def start_sandbox(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits()) -> api.Ready:
+        """Start one sandbox: each ``read`` name (a capability or a sealed output) read-only at /cap/NAME,
+        each ``write`` name (an unsealed output) writable at /out/NAME. One sandbox at a time per session."""
+        from steward.starter import Sandbox, Spec
+
+        self._usable()
+        if self.sandbox is not None:
+            raise Refused("sandbox", "is already open; close it before starting another")
+        names = list(read) + list(write)
+        if len(set(names)) != len(names):
+            raise Refused("sandbox", "names one capability or output twice")
+        for name in read:
+            if name not in self.capabilities and name not in self.sealed:
+                raise Refused(f"read {name}", "is not a capability or a sealed output of this session")
+        for name in write:
+            if name not in self.live:
+                raise Refused(f"write {name}", "is not an unsealed output of this session")
+        opened: list[int] = []
+        lease = self.root.lease(self.settings.uid, wait_seconds=self.settings.lease_seconds)
+        try:
+            capabilities = []
+            for name in read:
+                fd = self.capabilities[name] if name in self.capabilities else outputs.open_sealed(self.outputs_fd, name)
+                if name not in self.capabilities:
+                    opened.append(fd)
+                capabilities.append((name, fd))
+            writable = []
+            for name in write:
+                fd = outputs.open_live(self.live_fd, name)
+                opened.append(fd)
+                writable.append((name, fd))
+            self.sandboxes += 1
+            spec = Spec(self.settings.uid, self.settings.gid, tuple(capabilities), limits, tuple(writable))
+            sandbox = Sandbox(spec, self.ledger, self.root, f"{self.stage_id}-{self.sandboxes}")
+            try:
+                sandbox.boot()
+            except BaseException:
+                self._note_outer(sandbox)
+                raise
+            self.sandbox = sandbox
+        except BaseException:
+            lease.release()
+            raise
+        finally:
+            for fd in opened:
+                os.close(fd)
+        self.lease = lease
+        self.sandbox_outputs = set(write)
+        ready = self.sandbox.ready
+        return api.Ready(
+            sandbox=self.sandbox.id,
+            head=self.ledger.head,
+            uids=tuple(ready["uids"]),
+            gids=tuple(ready["gids"]),
+            groups=ready["groups"],
+            setuid0_errno=ready["setuid0_errno"],
+            securebits=ready["securebits"],
+            capabilities=ready["cap_inh"] | ready["cap_prm"] | ready["cap_eff"] | ready["cap_bnd"] | ready["cap_amb"],
+            no_new_privs=ready["no_new_privs"],
+            proc_hidepid=ready["proc_hidepid"],
+        )
+
+    def _note_outer(self, sandbox) -> None:
+        """Keep the C3 claim the starter made at teardown on a sandbox's outer group, if it ever had one."""
+        if sandbox.outer_pgid:
+            self.outer.append((sandbox.id, sandbox.outer_pgid, bool(sandbox.outer_absent)))
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: str = "/work",
+        timeout_ms: int,
+        stdout_cap: int,
+        stderr_cap: int,
+    ) -> api.OpOutcome:
+        """Run one op in the open sandbox; its identity is durable before it is released (J1)."""
+        from steward.starter import OpNotStarted
+
+        self._usable()
+        if self.sandbox is None:
+            raise Refused("op", "needs an open sandbox; start one first")
+        sandbox = self.sandbox
+        try:
+            result = sandbox.run(list(argv), env=dict(env), cwd=cwd, timeout_ms=timeout_ms, stdout_cap=stdout_cap, stderr_cap=stderr_cap)
+        except SandboxFailure:
+            self._closed_sandbox()
+            raise
+        pid, starttime, pgid = self.ledger.identities[result.op_id]
+        common = dict(
+            sandbox=sandbox.id, op_id=result.op_id, pid=pid, starttime=starttime, pgid=pgid,
+            wait_status=result.wait_status, descendants_reaped=result.descendants_reaped,
+            terminal_head=self.ledger.terminal_heads[result.op_id], head=self.ledger.head,
+        )
+        if isinstance(result, OpNotStarted):
+            return api.OpOutcome(
+                **common, started=False, limit=None, wall_ms=None, cpu_ms=None, max_rss_kib=None, stdout=b"", stderr=b"",
+                stdout_truncated=False, stderr_truncated=False, step=result.step, errno=result.errno,
+            )
+        return api.OpOutcome(
+            **common, started=True, limit=result.limit, wall_ms=result.wall_ms, cpu_ms=result.cpu_ms,
+            max_rss_kib=result.max_rss_kib, stdout=result.stdout, stderr=result.stderr,
+            stdout_truncated=result.stdout_truncated, stderr_truncated=result.stderr_truncated, step=None, errno=None,
+        )
+
+    def close_sandbox(self) -> str:
+        """Shut the open sandbox down: its pid 1 and outer group are reaped and claimed (C3); the journal head."""
+        self._usable()
+        if self.sandbox is None:
+            raise Refused("sandbox", "is not open")
+        try:
+            self.sandbox.close()
+        finally:
+            self._closed_sandbox()
+        return self.ledger.head
+
+    def _closed_sandbox(self) -> None:
+        """After the starter's teardown (by close or by failure): keep its outer claim, release the lease."""
+        if self.sandbox is not None:
+            self._note_outer(self.sandbox)
+            self.sandbox = None
+        self.sandbox_outputs = set()
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+    # -- the end --------------------------------------------------------------------
+
+    def close(self, evidence_fd: int | None = None) -> api.Closed:
+        """Cleanup, CLEANUP_EVIDENCE, retirement into a sealed tombstone, then the export into ``evidence_fd``.
+
+        The export writes ``journal`` (a byte copy of the tombstone's),
+        ``seal.json`` and every stored evidence file, each created once
+        (E4). ``evidence_fd`` stays the caller's.
+        """
+        if evidence_fd is not None:
+            self._check_evidence_directory(evidence_fd)
+        closed = self._end("CLOSED")
+        if evidence_fd is not None:
+            closed = dataclasses.replace(closed, exported=self._export(evidence_fd))
+        return closed
+
+    def abandon(self) -> api.Closed:
+        """The client went away: clean up and retire all the same; the session is UNVERIFIED (SESSION_ABANDONED)."""
+        return self._end("ABANDONED")
+
+    def _check_evidence_directory(self, fd: int) -> None:
+        info = os.fstat(fd)
+        if not stat.S_ISDIR(info.st_mode):
+            raise Refused("evidence directory", "must be a directory descriptor")
+        if self.client_uid is not None and info.st_uid != self.client_uid:
+            raise Refused("evidence directory", f"is owned by uid {info.st_uid}; it must be the client's own (uid {self.client_uid})")
+
+    def _end(self, ending: str) -> api.Closed:
+        with self._lock:
+            self._usable()
+            self.ended = True
+        try:
+            if self.sandbox is not None:
+                try:
+                    self.sandbox.close()
+                finally:
+                    self._closed_sandbox()
+            for name in list(self.live):
+                self._unmount(name)
+            result = cleanup.Cleaner(
+                root=self.root, area=STAGES, stage_id=self.stage_id, stage_fd=self.stage_fd,
+                documents_fd=self.documents_fd, writer=self.ledger, uid=self.settings.uid, gid=self.settings.gid,
+                lease_seconds=self.settings.lease_seconds, reaper="steward", ending=ending,
+                timing=self.settings.timing, command=self.settings.helper_command,
+                handles=self.ledger.handles, outer=self.outer, hook=self.hook,
+            ).clean()
+            text = retirement.note(ending, result.diagnostic)
+            head = retirement.retire(self.root, self.stage_id, self.ledger, text, self.hook)
+            reading = read_journal(self._tombstone_journal(), expect_stage_id=self.stage_id, expect_head=head)
+            if reading.verdict is not Verdict.VALID:
+                raise Refused("journal", f"is {reading.verdict} after retirement ({reading.reason}); the tombstone is not sealed")
+            self.writer.close()
+            retirement.seal(self.root, self.stage_id, retirement.marker_for(reading), self.hook)
+        finally:
+            self._release()
+        return api.Closed(
+            stage_id=self.stage_id, journal_id=self.journal_id, attempt_id=self.attempt_id, head=head,
+            tombstone=self.root.path_of(TOMBSTONES, self.stage_id), cleanup=result.outcome,
+            diagnostic=result.diagnostic, exported=(),
+        )
+
+    def _tombstone_journal(self) -> bytes:
+        fd = os.open(JOURNAL_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.stage_fd)
+        try:
+            return read_stored(fd)
+        finally:
+            os.close(fd)
+
+    def _release(self) -> None:
+        """Close every descriptor the session owns, each exactly once."""
+        for fd in self.capabilities.values():
+            os.close(fd)
+        self.capabilities = {}
+        for fd in (self.documents_fd, self.live_fd, self.outputs_fd, self.evidence_fd, self.stage_fd):
+            os.close(fd)
+        self.documents_fd = self.live_fd = self.outputs_fd = self.evidence_fd = self.stage_fd = -1
+        self.ledger.close()
+        self.writer.close()
+
+    def _export(self, evidence_fd: int) -> tuple[str, ...]:
+        tombstone = open_directory_at(self.root.area(TOMBSTONES), self.stage_id, self.root.path_of(TOMBSTONES, self.stage_id))
+        try:
+            files = [JOURNAL_NAME, SEAL_NAME]
+            stored = open_directory_at(tombstone, EVIDENCE, f"{self.root.path_of(TOMBSTONES, self.stage_id)}/{EVIDENCE}")
+            try:
+                names = sorted(os.listdir(stored))
+                contents = [(name, _read_file(tombstone, name)) for name in files]
+                contents += [(name, _read_file(stored, name)) for name in names]
+            finally:
+                os.close(stored)
+        finally:
+            os.close(tombstone)
+        for name, data in contents:
+            publish_once(evidence_fd, name, data, mode=0o444, shown=f"evidence directory/{name}")
+        return tuple(name for name, _ in contents)
+
+
+def _read_file(directory_fd: int, name: str) -> bytes:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory_fd)
+    try:
+        return read_stored(fd) if name == JOURNAL_NAME else os.read(fd, api.MAX_EVIDENCE_BYTES + 1)
+    finally:
+        os.close(fd)

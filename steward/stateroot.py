@@ -1,0 +1,206 @@
+"""The steward's state root: opened once as a directory descriptor, every later access relative to it (F3).
+
+Layout (docs/operations.md, "The state root"):
+
+    <root>/              root-owned, 0700
+        staging/         launcher files and rendezvous sockets (S1)
+        stages/<id>/     active stages: journal, outputs, cleanup evidence
+        tombstones/<id>/ retired stages, sealed read-only
+        locks/uid-<N>    the lease on a dedicated UID
+
+The root itself is looked up by path once. Everything below it is reached
+with ``*at`` calls on descriptors and ``O_NOFOLLOW``: a symlink anywhere
+inside is refused, and so is a directory or lock file not owned by root. The
+one exception is what a sandbox wrote into a live output mount, which is
+untrusted content by design and is only ever read descriptor-relatively to be
+copied into a sealed, root-owned tree (steward/outputs.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import time
+
+from journal.errors import Refused
+
+STAGING = "staging"
+STAGES = "stages"
+TOMBSTONES = "tombstones"
+LOCKS = "locks"
+AREAS = (STAGING, STAGES, TOMBSTONES, LOCKS)
+DIRECTORY_MODE = 0o700
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LEASE_POLL_SECONDS = 0.02
+
+
+def check_root_owned(fd: int, shown: str, *, private: bool = False) -> os.stat_result:
+    """The status of ``fd`` after refusing a foreign owner (and, when ``private``, any group or other access)."""
+    info = os.fstat(fd)
+    if info.st_uid != 0:
+        raise Refused(shown, f"is owned by uid {info.st_uid}; everything in the state root is owned by root")
+    if private and info.st_mode & 0o077:
+        raise Refused(shown, f"has mode {stat.S_IMODE(info.st_mode):04o}; it must be 0700, with no group or other access")
+    return info
+
+
+def open_directory_at(parent_fd: int, name: str, shown: str, *, private: bool = False) -> int:
+    """A descriptor for the root-owned directory ``name`` in ``parent_fd``; a symlink or anything else is refused."""
+    if "/" in name or name in ("", ".", ".."):
+        raise Refused(shown, "must be one plain path segment")
+    try:
+        fd = os.open(name, DIRECTORY_FLAGS, dir_fd=parent_fd)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused(shown, "is a symlink or not a directory; the state root holds only real directories") from None
+        raise
+    try:
+        check_root_owned(fd, shown, private=private)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_directory_at(parent_fd: int, name: str, shown: str, *, mode: int = DIRECTORY_MODE) -> int:
+    """Create ``name`` (it must not exist) with exactly ``mode``, and return its checked descriptor."""
+    try:
+        os.mkdir(name, mode, dir_fd=parent_fd)
+    except FileExistsError:
+        raise Refused(shown, "already exists; it is created exactly once") from None
+    fd = open_directory_at(parent_fd, name, shown)
+    try:
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class Lease:
+    """An exclusive hold on one dedicated UID: one session's sandboxes and cleanup at a time (S6, C4)."""
+
+    def __init__(self, fd: int, uid: int) -> None:
+        self._fd: int | None = fd
+        self.uid = uid
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class StateRoot:
+    """The open state root and its four areas; ``close`` releases the descriptors."""
+
+    def __init__(self, path: str, fd: int, areas: dict[str, int]) -> None:
+        self.path = path
+        self.fd = fd
+        self._areas = areas
+
+    @classmethod
+    def open(cls, path: str) -> "StateRoot":
+        """Open (creating when missing) the state root at the absolute ``path`` and its areas, after every check."""
+        if not path.startswith("/") or os.path.normpath(path) != path or path == "/":
+            raise Refused(path, "the state root must be a normalized absolute path other than /")
+        parent, name = os.path.split(path)
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+        try:
+            os.mkdir(path, DIRECTORY_MODE)
+        except FileExistsError:
+            pass
+        try:
+            fd = os.open(path, DIRECTORY_FLAGS)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise Refused(path, "is a symlink or not a directory; the state root must be a real directory") from None
+            raise Refused(path, f"cannot be opened ({os.strerror(error.errno)})") from None
+        areas: dict[str, int] = {}
+        try:
+            check_root_owned(fd, path, private=True)
+            for area in AREAS:
+                shown = os.path.join(path, area)
+                try:
+                    os.mkdir(area, DIRECTORY_MODE, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                areas[area] = open_directory_at(fd, area, shown, private=True)
+        except BaseException:
+            for area_fd in areas.values():
+                os.close(area_fd)
+            os.close(fd)
+            raise
+        return cls(path, fd, areas)
+
+    def area(self, name: str) -> int:
+        """The held descriptor of one area (do not close it)."""
+        return self._areas[name]
+
+    def path_of(self, *parts: str) -> str:
+        """The host path of a place in the state root: for messages, and for mount targets the journal records."""
+        return os.path.join(self.path, *parts)
+
+    def open_entry(self, area: str, name: str) -> int:
+        """A checked descriptor of ``<area>/<name>``, a root-owned directory that is not a symlink."""
+        return open_directory_at(self._areas[area], name, self.path_of(area, name))
+
+    def entries(self, area: str) -> list[str]:
+        """The names in one area, sorted; what each is gets checked when it is opened."""
+        return sorted(os.listdir(self._areas[area]))
+
+    def lease(self, uid: int, *, wait_seconds: float) -> Lease:
+        """Take the lease on ``uid``, waiting at most ``wait_seconds`` for another session to release it."""
+        name = f"uid-{uid}"
+        shown = self.path_of(LOCKS, name)
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self._areas[LOCKS])
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise Refused(shown, "is a symlink; a lock is a regular file") from None
+            raise
+        try:
+            info = check_root_owned(fd, shown)
+            if not stat.S_ISREG(info.st_mode):
+                raise Refused(shown, "must be a regular file")
+            deadline = time.monotonic() + wait_seconds
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return Lease(fd, uid)
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise Refused(
+                            f"sandbox uid {uid}",
+                            f"is leased by another session for more than {wait_seconds:g} s; one session at a time "
+                            "runs sandboxes as a dedicated UID (try again, or configure another sandbox_uid)",
+                        ) from None
+                    time.sleep(_LEASE_POLL_SECONDS)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def close(self) -> None:
+        for fd in self._areas.values():
+            os.close(fd)
+        self._areas = {}
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "StateRoot":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
