@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "executor.commands.sandbox",
     "executor.commands.doctor",
     "executor.commands.evaluate",
+    "executor.commands.steward",
+    "executor.commands.stage",
 )
 
 

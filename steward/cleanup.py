@@ -155,24 +155,27 @@ class Cleaner:
             mount_digest = self._keep(mounts)
         proved = progress.accepted and progress.remaining_processes == 0 and progress.remaining_mounts == 0
         proved = proved and done[-1].outcome == "CLEANED" and not inventory.residue(processes) and not mounts["under_stage"]
-        identities = inventory.identities(reading.records)
-        privileged = tuple(identity.wait_status for identity in identities if identity.role in inventory.PRIVILEGED_ROLES)
-        inputs = fold.Outcomes(
-            journal=Verdict.VALID,
-            helper=helper_outcomes(reading),
-            privileged_statuses=privileged,
-            outer_absent=tuple(absent for _, _, absent in self.outer) + self._unclaimed(identities),
-            cleanup="CLEANED" if proved else "UNVERIFIED",
-            ending=self.ending,
-        )
-        diagnostic = fold.diagnostic(inputs)
+        diagnostic = journal_diagnostic(reading, self.ending, proved, self.outer)
         outcome = "CLEANED" if fold.verified(diagnostic) else "UNVERIFIED"
         before = self.writer.head
         head = self.writer.cleanup_evidence(outcome, before, process_digest, mount_digest, preceding)
         return Result(outcome, diagnostic, head, preceding, process_digest, mount_digest, progress)
 
-    def _unclaimed(self, identities: list[inventory.Identity]) -> tuple[bool, ...]:
-        """One False per sandbox the journal knows whose outer group this cleaner has no claim about (C3)."""
-        claimed = {sandbox for sandbox, _, _ in self.outer}
-        sandboxes = {inventory.sandbox_of(identity.op_id) for identity in identities} - {None}
-        return tuple(False for sandbox in sandboxes - claimed)
+
+def journal_diagnostic(reading: Reading, ending: str, proved: bool, outer: list = ()) -> str:
+    """The fold (C7) of a VALID journal's outcomes, the physical proof, the outer claims and how the session ended.
+
+    A sandbox the journal knows without a claim in ``outer`` counts as an
+    outer group not proved absent: only its runner could have claimed it (C3).
+    """
+    identities = inventory.identities(reading.records)
+    claimed = {sandbox for sandbox, _, _ in outer}
+    unclaimed = {inventory.sandbox_of(identity.op_id) for identity in identities} - {None} - claimed
+    return fold.diagnostic(fold.Outcomes(
+        journal=Verdict.VALID,
+        helper=helper_outcomes(reading),
+        privileged_statuses=tuple(identity.wait_status for identity in identities if identity.role in inventory.PRIVILEGED_ROLES),
+        outer_absent=tuple(absent for _, _, absent in outer) + (False,) * len(unclaimed),
+        cleanup="CLEANED" if proved else "UNVERIFIED",
+        ending=ending,
+    ))

@@ -156,18 +156,22 @@ class Steward:
         self.hook = hook
         self.root = StateRoot.open(settings.state_root)
 
-    def open_session(self, attempt_id: str, *, client_uid: int | None = None) -> "Session":
+    def open_session(self, attempt_id: str, *, client_uid: int | None = None, single: bool = False) -> "Session":
         """A new stage and journal for ``attempt_id``; refused while a live process uses the dedicated ids (S6).
 
         ``client_uid`` is the peer's uid for a session served over the socket
         (an evidence directory must then be the client's own); None in process.
+        ``single``: this steward exists for this one session (embedded mode)
+        and is closed when the session ends.
         """
         if type(attempt_id) is not str or not ID.match(attempt_id):
             raise Refused("attempt_id", "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric")
         settings = self.settings
         with self.root.lease(settings.uid, wait_seconds=settings.lease_seconds):
             dedicated.require_unused(settings.uid, settings.gid)
-        return Session(self, attempt_id, client_uid)
+        session = Session(self, attempt_id, client_uid)
+        session.single = single
+        return session
 
     def close(self) -> None:
         self.root.close()
@@ -182,6 +186,7 @@ class Session:
         self.root = steward.root
         self.hook = steward.hook
         self.client_uid = client_uid
+        self.single = False
         self.attempt_id = attempt_id
         self.stage_id = secrets.token_hex(8)
         self.journal_id = secrets.token_hex(8)
@@ -515,6 +520,8 @@ class Session:
         self.documents_fd = self.live_fd = self.outputs_fd = self.evidence_fd = self.stage_fd = -1
         self.ledger.close()
         self.writer.close()
+        if self.single:
+            self.steward.close()
 
     def _export(self, evidence_fd: int) -> tuple[str, ...]:
         tombstone = open_directory_at(self.root.area(TOMBSTONES), self.stage_id, self.root.path_of(TOMBSTONES, self.stage_id))
