@@ -33,7 +33,7 @@ from journal.files import JOURNAL_NAME, read_stored
 from journal.format import Kind
 from journal.reader import Reading, Verdict, read_journal
 from steward import attempts, documents, fold, inventory
-from steward.helper import Request
+from steward.helper import Request, remove_and_prove
 from steward.stateroot import StateRoot
 
 LATE_REAP_SECONDS = 10.0
@@ -106,6 +106,24 @@ class Cleaner:
     def stage_path(self) -> str:
         return self.root.path_of(self.area, self.stage_id)
 
+    def _settle_interrupted(self, reading: Reading) -> bool:
+        """Classify a helper attempt whose runner died before its HELPER_ATTEMPT; True if one was recorded.
+
+        Its response is lost, so it is judged with no body, by the pure rule
+        (C6): its recorded wait status, or none (UNREAPED: its runner can no
+        longer reap it); a raw-zero status without a complete body is
+        MISSING. The digest is that of the empty body, kept as a document.
+        """
+        attempted = len(helper_outcomes(reading))
+        started = [identity for identity in inventory.identities(reading.records) if identity.role == "helper"]
+        if len(started) <= attempted:
+            return False
+        interrupted = started[attempted]
+        outcome, _ = attempts.classify(attempts.Observation(interrupted.wait_status, b"", False), stage_id=self.stage_id)
+        digest = documents.keep(self.documents_fd, b"", shown=f"{self.stage_path}/{documents.DOCUMENTS}")
+        self.writer.helper_attempt(attempted + 1, digest, outcome)
+        return True
+
     def _keep(self, value: object) -> str:
         data, _ = documents.encode(value)
         return documents.keep(self.documents_fd, data, shown=f"{self.stage_path}/{documents.DOCUMENTS}")
@@ -126,27 +144,32 @@ class Cleaner:
         with self.root.lease(self.uid, wait_seconds=self.lease_seconds):
             reading = read_own_journal(self.stage_fd, self.stage_id, head)
             _, preceding = self._process_inventory(reading)
+            if self._settle_interrupted(reading):
+                reading = read_own_journal(self.stage_fd, self.stage_id, self.writer.head)
             outcomes = helper_outcomes(reading)
             runner = attempts.HelperRunner(
                 self.writer, documents_fd=self.documents_fd, shown=f"{self.stage_path}/{documents.DOCUMENTS}",
                 reaper=self.reaper, timing=self.timing, command=self.command, hook=self.hook,
             )
             previous = outcomes[-1] if outcomes else None
+            recorded = inventory.identities(reading.records)
+            request = Request(
+                stage_id=self.stage_id,
+                state_root=self.root.path,
+                area=self.area,
+                uid=self.uid,
+                gid=self.gid,
+                mounts=tuple(host_mounts(reading, self.stage_path)),
+                identities=tuple((identity.pid, identity.starttime) for identity in recorded if identity.wait_status is None),
+                budget_ms=max(1, int(self.timing.response_seconds * 500)),
+            )
             if len(outcomes) < attempts.MAX_ATTEMPTS and (previous is None or attempts.may_follow(previous)):
-                recorded = inventory.identities(reading.records)
-                request = Request(
-                    stage_id=self.stage_id,
-                    state_root=self.root.path,
-                    area=self.area,
-                    uid=self.uid,
-                    gid=self.gid,
-                    mounts=tuple(host_mounts(reading, self.stage_path)),
-                    identities=tuple((identity.pid, identity.starttime) for identity in recorded if identity.wait_status is None),
-                    budget_ms=max(1, int(self.timing.response_seconds * 500)),
-                )
                 done = runner.run(request, first=len(outcomes) + 1, previous=previous)
             else:
+                # Retry has ended (C6): no helper may run, so the cleanup writer removes what is left itself,
+                # in this process, and claims nothing from it: progress stays zero.
                 done = []
+                remove_and_prove(request)
             runner.reap_late(LATE_REAP_SECONDS if runner.unreaped else 0)
             progress = attempts.projection(done)
             reading = read_own_journal(self.stage_fd, self.stage_id, self.writer.head)

@@ -33,7 +33,8 @@ import dataclasses
 import os
 
 from journal.errors import Refused
-from journal.files import JOURNAL_NAME
+from journal import strictjson
+from journal.files import JOURNAL_NAME, read_stored
 from journal.format import Kind
 from journal.reader import Reading
 from journal.writer import JournalWriter
@@ -156,8 +157,10 @@ class Recovery:
             with writer:
                 remove_sandbox_residue(self.root, stage_id)
                 reading = cleanup.read_own_journal(stage_fd, stage_id, writer.head)
-                if reading.records[-1].kind is Kind.CLEANUP_EVIDENCE:
-                    diagnostic = cleanup.journal_diagnostic(reading, "RECOVERED", reading.records[-1].fields["outcome"] == "CLEANED")
+                last = reading.records[-1]
+                if last.kind is Kind.CLEANUP_EVIDENCE:
+                    claims = _outer_claims(stage_fd, last.fields["process_inventory_digest"])
+                    diagnostic = cleanup.journal_diagnostic(reading, "RECOVERED", last.fields["outcome"] == "CLEANED", claims)
                 else:
                     documents_fd = _documents(stage_fd, self.root.path_of(STAGES, stage_id))
                     try:
@@ -190,6 +193,25 @@ class Recovery:
 
     def recover_all(self) -> list[Report]:
         return [self.recover(stage_id) for stage_id in stage_ids(self.root)]
+
+
+def _outer_claims(stage_fd: int, digest: str) -> list[tuple[str, int, bool]]:
+    """The runner's C3 claims, from the process inventory its CLEANUP_EVIDENCE bound (checked against the digest)."""
+    try:
+        fd = os.open(f"{documents.DOCUMENTS}/{digest}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stage_fd)
+    except FileNotFoundError:
+        return []
+    try:
+        data = read_stored(fd)
+    finally:
+        os.close(fd)
+    if documents.digest(data) != digest:
+        return []
+    try:
+        groups = strictjson.loads(data, max_bytes=len(data))["outer_groups"]
+        return [(group["sandbox"], group["pgid"], group["claim"] == "ABSENT") for group in groups]
+    except (Refused, KeyError, TypeError):
+        return []
 
 
 def _documents(stage_fd: int, shown: str) -> int:

@@ -221,7 +221,7 @@ def assess(root: StateRoot, stage_id: str) -> Assessment:
     if in_stages and in_tombstones:
         return Assessment(stage_id, "both", PRESERVED, "", "both stages/ and tombstones/ hold it; nothing is changed until an operator decides")
     if not in_stages and not in_tombstones:
-        return Assessment(stage_id, "none", PRESERVED, Verdict.MISSING, "neither stages/ nor tombstones/ holds it")
+        return Assessment(stage_id, "none", PRESERVED, "MISSING", "neither stages/ nor tombstones/ holds it")
     area = STAGES if in_stages else TOMBSTONES
     location = "stage" if in_stages else "tombstone"
     try:
@@ -252,10 +252,10 @@ def assess(root: StateRoot, stage_id: str) -> Assessment:
     )
     if reading.verdict is not Verdict.VALID:
         why = f"its journal is {reading.verdict} ({reading.reason}); only a VALID journal authorizes cleanup (J4)"
-        return Assessment(stage_id, location, PRESERVED, reading.verdict, why, reading, marker, in_use)
+        return Assessment(stage_id, location, PRESERVED, str(reading.verdict), why, reading, marker, in_use)
     last = reading.records[-1].kind
     if marker is not None and (last is not Kind.RETIRED or marker.attempt_id != reading.genesis["attempt_id"]):
-        return Assessment(stage_id, location, PRESERVED, reading.verdict, "its seal marker does not match its journal", reading, marker)
+        return Assessment(stage_id, location, PRESERVED, "VALID", "its seal marker does not match its journal", reading, marker)
     if in_stages:
         if last is Kind.RETIRED:
             state, why = PRESERVED, "its journal says RETIRED but it was never renamed into tombstones/"
@@ -269,4 +269,4 @@ def assess(root: StateRoot, stage_id: str) -> Assessment:
         state, why = (SEALED, "sealed; nothing is left to do") if marker else (RETIRED, "retired; sealing is next")
     else:
         state, why = PRESERVED, "a tombstone whose journal holds no retirement intent"
-    return Assessment(stage_id, location, state, reading.verdict, why, reading, marker, in_use)
+    return Assessment(stage_id, location, state, "VALID", why, reading, marker, in_use)

@@ -38,6 +38,7 @@ from steward.wire import SOCKET_BUFFER, STEWARD, Endpoint, WireError, peer_crede
 SOCKET_GROUP = "casebox"
 BACKLOG = 16
 STOP_SECONDS = 60.0
+REFUSAL_SECONDS = 5.0
 _ENV_NAME = "must be a variable name of A-Z a-z 0-9 _, not starting with a digit"
 _SO_SNDBUFFORCE = 32
 
@@ -229,6 +230,21 @@ class Connection:
         return closed.to_wire(), ()
 
 
+def _refuse(connection: Connection) -> None:
+    """Answer a peer whose uid is not allowed: REFUSED to its first request, then close; nothing else is read."""
+    sock = connection.sock
+    try:
+        sock.settimeout(REFUSAL_SECONDS)
+        request = connection.endpoint.receive()
+        request.close_fds()
+        rule = f"{connection.peer[1]} is not allowed to use this steward (client_uids)"
+        connection.endpoint.send("REFUSED", {"where": "client uid", "rule": rule}, re=request.seq)
+    except (WireError, OSError):
+        pass
+    finally:
+        sock.close()
+
+
 class Server:
     """The listening socket and its connections."""
 
@@ -321,20 +337,15 @@ class Server:
         peer = peer_credentials(sock)
         if peer[1] not in self.client_uids:
             log(f"refused client pid {peer[0]} uid {peer[1]} gid {peer[2]}: uid {peer[1]} is not in client_uids")
-            try:
-                Endpoint(sock, STEWARD).send(
-                    "REFUSED", {"where": "client uid", "rule": f"{peer[1]} is not allowed to use this steward (client_uids)"}, re=0
-                )
-            except WireError:
-                pass
-            sock.close()
-            return
+            target = _refuse
+        else:
+            target = self._run
         try:
             sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, SOCKET_BUFFER)
         except OSError:
             pass
         connection = Connection(self, sock, peer)
-        thread = threading.Thread(target=self._run, args=(connection,), name=f"casebox-client-{peer[0]}", daemon=True)
+        thread = threading.Thread(target=target, args=(connection,), name=f"casebox-client-{peer[0]}", daemon=True)
         with self._lock:
             self.connections.add(connection)
             self.threads.add(thread)

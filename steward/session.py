@@ -176,6 +176,12 @@ class Steward:
     def close(self) -> None:
         self.root.close()
 
+    def __enter__(self) -> "Steward":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class Session:
     """One stage. Not thread-safe: one caller drives it, one call at a time."""
