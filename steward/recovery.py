@@ -159,6 +159,8 @@ class Recovery:
                 reading = cleanup.read_own_journal(stage_fd, stage_id, writer.head)
                 last = reading.records[-1]
                 if last.kind is Kind.CLEANUP_EVIDENCE:
+                    # The claim is made; what the host still holds is removed before the rename, claiming nothing.
+                    _hygiene(self.root, STAGES, stage_id, self.settings)
                     claims = _outer_claims(stage_fd, last.fields["process_inventory_digest"])
                     diagnostic = cleanup.journal_diagnostic(reading, "RECOVERED", last.fields["outcome"] == "CLEANED", claims)
                 else:

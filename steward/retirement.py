@@ -45,6 +45,7 @@ from journal.reader import Reading, Verdict, read_journal
 from journal.seal import NAME as SEAL_NAME
 from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
 from launcher import syscalls as sc
+from steward import inventory
 from steward.stateroot import STAGES, TOMBSTONES, StateRoot, check_root_owned
 
 ACTIVE, INTENT, RENAMED, RETIRED, SEALED, PRESERVED = "ACTIVE", "INTENT", "RENAMED", "RETIRED", "SEALED", "PRESERVED"
@@ -85,6 +86,7 @@ def _pass(hook, point: str) -> None:
 
 def rename(root: StateRoot, stage_id: str, hook=None) -> None:
     """Step 2: stages/<id> becomes tombstones/<id>, never over an existing one; both parents fsynced."""
+    require_unmounted(root, stage_id)
     _pass(hook, BEFORE_RENAME)
     try:
         sc.renameat2(root.area(STAGES), stage_id, root.area(TOMBSTONES), stage_id, sc.RENAME_NOREPLACE)
@@ -101,8 +103,17 @@ def fsync_parents(root: StateRoot, hook=None) -> None:
     _pass(hook, AFTER_STAGES_FSYNC)
 
 
+def require_unmounted(root: StateRoot, stage_id: str) -> None:
+    """Nothing may be mounted at or under a stage that is renamed: the mount would move into the tombstone."""
+    stage = root.path_of(STAGES, stage_id)
+    mounted = inventory.mount_document(inventory.read_mountinfo(), root.path, stage)["under_stage"]
+    if mounted:
+        raise Refused(stage, f"still has {mounted[0]['mount_point']} mounted under it; a stage is retired only once nothing is")
+
+
 def retire(root: StateRoot, stage_id: str, writer, text: str, hook=None) -> str:
     """Steps 1 to 3 from ACTIVE; the final head (after RETIRED)."""
+    require_unmounted(root, stage_id)
     writer.retirement_intent(text)
     _pass(hook, AFTER_RETIREMENT_INTENT)
     rename(root, stage_id, hook)

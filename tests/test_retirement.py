@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
+import threading
 
 import pytest
 
@@ -185,3 +188,55 @@ def test_sealing_makes_everything_root_owned_and_read_only(steward, state_path):
         assert info.st_uid == 0 and (info.st_mode & 0o7777) == (0o555 if path.is_dir() else 0o444), path
     reading = read_dir_journal(place)
     assert reading.records[-1].kind is Kind.RETIRED
+
+
+def test_once_retry_has_ended_recovery_still_removes_residue_itself(state_path, sandbox_ids, tmp_path):
+    """C6: after a NONZERO attempt no helper may run; the cleanup writer kills what is left in process, and claims nothing."""
+    failing = tmp_path / "failing_helper.py"
+    failing.write_text("import sys\nsys.stdin.buffer.read()\nsys.exit(3)\n")
+
+    def hook(name: str) -> None:
+        if name == "helper_after_attempt":
+            raise Stop(name)
+
+    made = Steward(settings(state_path, sandbox_ids, helper_command=(sys.executable, "-I", str(failing))),
+                   capability_check=accept_all, hook=hook)
+    try:
+        with pytest.raises(Stop):
+            one_session(made)
+    finally:
+        made.close()
+    (stage_id,) = _ids(state_path)
+    uid, gid = sandbox_ids
+    stray = subprocess.Popen(["/usr/bin/sleep", "60"], user=uid, group=gid, start_new_session=True)
+    parent = threading.Thread(target=stray.wait)
+    parent.start()
+    try:
+        with Steward(settings(state_path, sandbox_ids), capability_check=accept_all) as steward:
+            report = recovery.Recovery(steward.root, steward.settings).recover(stage_id)
+        parent.join(10)
+        assert stray.returncode == -9
+    finally:
+        stray.kill()
+        parent.join()
+    assert (report.after, report.diagnostic) == ("SEALED", "HELPER_NONZERO")
+    reading = sealed_reading(state_path, stage_id)
+    assert [record.fields["outcome"] for record in reading.records if record.kind is Kind.HELPER_ATTEMPT] == ["NONZERO"]
+    assert [record.fields["outcome"] for record in reading.records if record.kind is Kind.CLEANUP_EVIDENCE] == ["UNVERIFIED"]
+
+
+def test_a_stage_with_a_mount_left_under_it_is_never_renamed(steward, state_path):
+    """C5: a mount under a stage would move into its tombstone; retirement refuses until it is gone."""
+    from launcher import syscalls as sc
+
+    session = steward.open_session("attempt-1")
+    point = pathlib.Path(state_path) / STAGES / session.stage_id / "live" / "stray"
+    point.mkdir()
+    sc.mount("stray", str(point), "tmpfs", 0, "size=64k")
+    try:
+        with pytest.raises(Refused, match="stray mounted under it; a stage is retired only once nothing is"):
+            retirement.rename(steward.root, session.stage_id)
+        assert point.exists() and not (pathlib.Path(state_path) / TOMBSTONES / session.stage_id).exists()
+    finally:
+        sc.umount2(str(point), 0)
+    assert session.close().cleanup == "CLEANED"

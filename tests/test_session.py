@@ -6,6 +6,7 @@ import errno
 import os
 import stat
 import subprocess
+import threading
 
 import pytest
 
@@ -333,6 +334,56 @@ def test_a_handle_whose_pid_now_holds_another_process_says_gone(tmp_path):
         handle.starttime += 1
         assert handle.gone() is True
         handle.close()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_cleanup_kills_what_still_runs_as_the_dedicated_uid(steward, state_path, sandbox_ids):
+    """C6: the helper kills a process of the dedicated ids through a checked pidfd, and proves it gone."""
+    session = steward.open_session("attempt-1")
+    uid, gid = sandbox_ids
+    stray = subprocess.Popen(["/usr/bin/sleep", "60"], user=uid, group=gid, start_new_session=True)
+    parent = threading.Thread(target=stray.wait)  # its parent reaps it once the helper killed it
+    parent.start()
+    try:
+        closed = session.close()
+        parent.join(10)
+        assert stray.returncode == -9
+    finally:
+        stray.kill()
+        parent.join()
+    reading = sealed_reading(state_path, closed.stage_id)
+    response_digest = last_of(reading, Kind.HELPER_ATTEMPT).fields["response_digest"]
+    response = (tombstone(state_path, closed.stage_id) / "documents" / response_digest).read_bytes()
+    assert b'"killed":1' in response and b'"outcome":"CLEANED"' in response
+    assert closed.cleanup == "CLEANED"
+
+
+def test_a_journal_changed_behind_its_writer_refuses_the_cleanup_claim(steward, state_path):
+    """J4: cleanup reads the journal as stored and needs it VALID at the writer's own head; otherwise no claim."""
+    session = steward.open_session("attempt-1")
+    stage = tombstone(state_path, session.stage_id).parent.parent / "stages" / session.stage_id
+    with open(stage / "journal", "r+b") as file:
+        data = bytearray(file.read())
+        data[40] ^= 0x01
+        file.seek(0)
+        file.write(data)
+    with pytest.raises(Refused, match="journal: is CORRUPT on disk"):
+        session.close()
+    assert (stage / "journal").exists() and not tombstone(state_path, session.stage_id).exists()
+
+
+def test_the_helper_never_kills_a_pid_whose_start_time_changed():
+    """C2: a kill goes through a pidfd whose process is checked to be the one the scan saw (pid and start time)."""
+    from steward import helper
+
+    child = subprocess.Popen(["/usr/bin/sleep", "30"])
+    try:
+        found = procfs.identity(child.pid)
+        seen = procfs.Entry(child.pid, os.getpid(), found.pgid, found.starttime + 1, "S", (0,), (0,))
+        assert helper._kill(seen) is False
+        assert child.poll() is None
     finally:
         child.kill()
         child.wait()

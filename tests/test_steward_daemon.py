@@ -216,7 +216,7 @@ def test_four_sessions_at_once(daemon):
             barrier.wait()
             session.create_output("out", max_bytes=1 << 20)
             session.start_sandbox(write=["out"])
-            outcome = session.run(["/bin/sh", "-c", f"echo {index} > /out/out/n; cat /out/out/n"], env=ENV,
+            outcome = session.run(["/bin/sh", "-c", f"echo {index} > /out/out/n; sleep 0.2; cat /out/out/n"], env=ENV,
                                   timeout_ms=10_000, stdout_cap=100, stderr_cap=100)
             session.close_sandbox()
             session.seal_output("out")
@@ -230,10 +230,18 @@ def test_four_sessions_at_once(daemon):
     for thread in threads:
         thread.join(120)
     assert errors == [] and sorted(results) == [0, 1, 2, 3]
+    lifetimes = []
     for index, (stdout, closed) in results.items():
         assert stdout == f"{index}\n".encode()
         assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
-        assert sealed_reading(daemon.state, closed.stage_id).verdict == "VALID"
+        reading = sealed_reading(daemon.state, closed.stage_id)
+        assert reading.verdict == "VALID"
+        times = {(record.kind, record.fields.get("role") or record.fields.get("op_id")): record.fields.get("at")
+                 for record in reading.records}
+        lifetimes.append((times[(Kind.PROCESS_INTENT, "launcher")], times[(Kind.PROCESS_TERMINAL, f"{closed.stage_id}-1.init")]))
+    lifetimes.sort()
+    assert all(end < next_start for (_, end), (next_start, _) in zip(lifetimes, lifetimes[1:])), \
+        "two sandboxes ran as the dedicated UID at once (S6): the lease must serialize them"
     assert len(_sealed(daemon.state)) == 4
 
 
