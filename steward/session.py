@@ -264,7 +264,7 @@ class Session:
     def create_output(self, name: str, *, max_bytes: int = DEFAULT_OUTPUT_BYTES, max_inodes: int = DEFAULT_OUTPUT_INODES) -> None:
         """A writable output the next sandbox fills at /out/NAME: a capped tmpfs in the stage (J1 for its mount)."""
         self._usable()
-        outputs.check_name(name, "output name")
+        api.check_name(name, "output name")
         if name in self.capabilities or name in self.live or name in self.sealed:
             raise Refused(f"output {name}", "is a name this session already uses")
         if not (api.MIB <= max_bytes <= MAX_OUTPUT_BYTES and 16 <= max_inodes <= 1_000_000):

@@ -32,13 +32,13 @@ class Stop(Exception):
     pass
 
 
-def _stopped_at(state_path: str, sandbox_ids, point: str) -> str:
+def _stopped_at(state_path: str, sandbox_ids, point: str, **overrides) -> str:
     """Run one session and stop it at ``point``; the stage id."""
     def hook(name: str) -> None:
         if name == point:
             raise Stop(point)
 
-    made = Steward(settings(state_path, sandbox_ids), capability_check=accept_all, hook=hook)
+    made = Steward(settings(state_path, sandbox_ids, **overrides), capability_check=accept_all, hook=hook)
     try:
         with pytest.raises(Stop):
             one_session(made)
@@ -194,19 +194,7 @@ def test_once_retry_has_ended_recovery_still_removes_residue_itself(state_path, 
     """C6: after a NONZERO attempt no helper may run; the cleanup writer kills what is left in process, and claims nothing."""
     failing = tmp_path / "failing_helper.py"
     failing.write_text("import sys\nsys.stdin.buffer.read()\nsys.exit(3)\n")
-
-    def hook(name: str) -> None:
-        if name == "helper_after_attempt":
-            raise Stop(name)
-
-    made = Steward(settings(state_path, sandbox_ids, helper_command=(sys.executable, "-I", str(failing))),
-                   capability_check=accept_all, hook=hook)
-    try:
-        with pytest.raises(Stop):
-            one_session(made)
-    finally:
-        made.close()
-    (stage_id,) = _ids(state_path)
+    stage_id = _stopped_at(state_path, sandbox_ids, "helper_after_attempt", helper_command=(sys.executable, "-I", str(failing)))
     uid, gid = sandbox_ids
     stray = subprocess.Popen(["/usr/bin/sleep", "60"], user=uid, group=gid, start_new_session=True)
     parent = threading.Thread(target=stray.wait)

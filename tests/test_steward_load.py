@@ -17,10 +17,10 @@ SESSIONS = 200
 def test_two_hundred_sessions_leave_nothing_behind(steward, state_path, sandbox_ids):
     """J1, C4, C5, S1: the steward's descriptors, the mount table and the process table are as before."""
     one_session(steward, "warm-up")
-    fds, mounts = fd_count(), mount_table()
+    fds, mounts = fd_count(), mount_table(state_path)
     closed = [one_session(steward, f"attempt-{index}")[2] for index in range(SESSIONS)]
     assert fd_count() == fds, "the steward leaked descriptors"
-    assert mount_table() == mounts, "the host mount table changed"
+    assert mount_table(state_path) == mounts, "the host mount table changed"
     assert processes_of(*sandbox_ids) == [], "a process of the dedicated UID outlived its session"
     assert procfs.children(os.getpid()) == [], "a child of the steward was left unreaped"
     assert os.listdir(os.path.join(state_path, "stages")) == []
