@@ -29,6 +29,7 @@ The judgement on each name and each link target is a pure function
 from __future__ import annotations
 
 import os
+import stat
 
 from journal.errors import Refused
 
@@ -168,21 +169,33 @@ class _Walk:
                     os.close(child)
 
 
+def check_descriptor(fd: int, shown: str, *, state_root: str) -> None:
+    """F4 on an open directory descriptor; ``shown`` names it in a refusal.
+
+    The same checks as :func:`open_capability`, for a directory someone else
+    opened: a steward session applies it to every descriptor its client hands
+    in (docs/steward-protocol.md).
+    """
+    state_root = os.path.normpath(state_root)
+    state = _state_identity(state_root)
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise Refused(shown, "must be a directory")
+        _check_location(fd, shown, state)
+        _Walk(shown.rstrip("/") or "/", os.path.basename(state_root), state).directory(fd, "", 0)
+    except OSError as error:
+        raise Refused(shown, f"cannot be walked ({os.strerror(error.errno)})") from None
+
+
 def open_capability(path: str, *, state_root: str) -> int:
     """A read-only descriptor of the directory at ``path``, checked against F4; the caller closes it.
 
     Hand the sandbox this descriptor, never ``path``: the descriptor is the
     directory that was checked.
     """
-    state_root = os.path.normpath(state_root)
-    state = _state_identity(state_root)
     fd = _open_root(path)
     try:
-        _check_location(fd, path, state)
-        _Walk(path.rstrip("/") or "/", os.path.basename(state_root), state).directory(fd, "", 0)
-    except OSError as error:
-        os.close(fd)
-        raise Refused(path, f"cannot be walked ({os.strerror(error.errno)})") from None
+        check_descriptor(fd, path, state_root=state_root)
     except BaseException:
         os.close(fd)
         raise

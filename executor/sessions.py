@@ -12,24 +12,19 @@ from __future__ import annotations
 
 import os
 
+from executor.capability import check_descriptor
 from executor.config import Config
 from executor.frontend import InternalFailure
-from journal.errors import Refused
 from steward.session import CapabilityCheck, Settings
 
 
 def capability_check(state_root: str) -> CapabilityCheck:
-    """F4's one predicate for every directory a client hands the steward.
+    """F4's one predicate (``executor.capability``) for every directory a client hands the steward."""
 
-    The predicate is issue 7's ``executor/capability.py``; this is the seam
-    where its descriptor check is installed. Until then every capability is
-    refused, so no unchecked directory ever enters a sandbox.
-    """
+    def check(fd: int, name: str) -> None:
+        check_descriptor(fd, name, state_root=state_root)
 
-    def refuse(fd: int, name: str) -> None:
-        raise Refused(name, "is refused: this build has no capability predicate (F4) installed, so no client directory enters a sandbox")
-
-    return refuse
+    return check
 
 
 def settings_from(config: Config) -> Settings:

@@ -14,13 +14,12 @@ import dataclasses
 import re
 
 from journal.closed import ClosedObject, check_str
-from journal.format import ID
+from journal.format import pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError
 
 MIB = 1 << 20
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}\Z")
 NAME_RULE = "must be a name: 1 to 40 of a-z 0-9 _ -, starting with a letter or digit"
-INVENTORY_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 MAX_OUTPUT = 256 << 10
 # An evidence file the client stores in its stage (a receipt) and gets back at close with the journal and seal.json.
 EVIDENCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}\Z")
@@ -34,10 +33,6 @@ def check_name(name: object, where: str) -> str:
     if type(name) is not str or not NAME.match(name):
         raise StrictJSONError(where, NAME_RULE)
     return name
-
-
-def _id(fields: ClosedObject, key: str) -> str:
-    return fields.pop_str(key, max_bytes=64, pattern=ID, rule="must be an id")
 
 
 def _int(fields: ClosedObject, key: str, high: int = MAX_SAFE_INTEGER) -> int:
@@ -112,7 +107,7 @@ class Opened:
 
     @classmethod
     def from_wire(cls, fields: ClosedObject) -> "Opened":
-        value = cls(_id(fields, "stage_id"), _id(fields, "journal_id"), _id(fields, "attempt_id"), fields.pop_sha256("head"))
+        value = cls(pop_id(fields, "stage_id"), pop_id(fields, "journal_id"), pop_id(fields, "attempt_id"), fields.pop_sha256("head"))
         fields.done()
         return value
 
@@ -143,7 +138,7 @@ class Ready:
             return tuple(str(item) for _, item in fields.pop_list(key, min_items=4, max_items=4))
 
         value = cls(
-            sandbox=_id(fields, "sandbox"),
+            sandbox=pop_id(fields, "sandbox"),
             head=fields.pop_sha256("head"),
             uids=strings("uids"),
             gids=strings("gids"),
@@ -204,8 +199,8 @@ class OpOutcome:
         if step is not None and (type(step) is not str or len(step) > 64):
             raise StrictJSONError(f"{fields.path}.step", "must be null or a step name")
         value = cls(
-            sandbox=_id(fields, "sandbox"),
-            op_id=_id(fields, "op_id"),
+            sandbox=pop_id(fields, "sandbox"),
+            op_id=pop_id(fields, "op_id"),
             pid=fields.pop_int("pid", low=1, high=4_194_304),
             starttime=_int(fields, "starttime"),
             pgid=fields.pop_int("pgid", low=1, high=4_194_304),
@@ -251,7 +246,7 @@ class Sealed:
     def from_wire(cls, fields: ClosedObject) -> "Sealed":
         value = cls(
             name=check_name(fields.pop_str("name", max_bytes=40), f"{fields.path}.name"),
-            inventory_digest=fields.pop_str("inventory_digest", max_bytes=71, pattern=INVENTORY_DIGEST, rule="must be sha256:HEX"),
+            inventory_digest=fields.pop_digest("inventory_digest"),
             files=_int(fields, "files"),
             directories=_int(fields, "directories"),
             bytes=_int(fields, "bytes"),
@@ -284,9 +279,9 @@ class Closed:
         if cleanup not in ("CLEANED", "UNVERIFIED"):
             raise StrictJSONError(f"{fields.path}.cleanup", "must be CLEANED or UNVERIFIED")
         value = cls(
-            stage_id=_id(fields, "stage_id"),
-            journal_id=_id(fields, "journal_id"),
-            attempt_id=_id(fields, "attempt_id"),
+            stage_id=pop_id(fields, "stage_id"),
+            journal_id=pop_id(fields, "journal_id"),
+            attempt_id=pop_id(fields, "attempt_id"),
             head=fields.pop_sha256("head"),
             tombstone=fields.pop_str("tombstone", max_bytes=4_096),
             cleanup=cleanup,

@@ -26,11 +26,10 @@ a wait call on a process that is not our child (C2).
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from journal.errors import Refused
-from journal.files import JOURNAL_NAME, read_stored
-from journal.format import Kind
+from journal.files import JOURNAL_NAME, read_evidence
+from journal.format import CAP, Kind
 from journal.reader import Reading, Verdict, read_journal
 from steward import attempts, documents, fold, inventory
 from steward.helper import Request, remove_and_prove
@@ -52,11 +51,7 @@ class Result:
 
 def read_own_journal(stage_fd: int, stage_id: str, head: str) -> Reading:
     """The journal as stored, which must be VALID and end at the writer's own head."""
-    fd = os.open(JOURNAL_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stage_fd)
-    try:
-        reading = read_journal(read_stored(fd), expect_stage_id=stage_id, expect_head=head)
-    finally:
-        os.close(fd)
+    reading = read_journal(read_evidence(stage_fd, JOURNAL_NAME, CAP), expect_stage_id=stage_id, expect_head=head)
     if reading.verdict is not Verdict.VALID:
         raise Refused("journal", f"is {reading.verdict} on disk ({reading.reason}); the cleanup claim is refused (J4)")
     return reading

@@ -34,13 +34,16 @@ import os
 
 from journal.errors import Refused
 from journal import strictjson
-from journal.files import JOURNAL_NAME, read_stored
+from journal.files import JOURNAL_NAME, read_evidence
 from journal.format import Kind
 from journal.reader import Reading
 from journal.writer import JournalWriter
 from steward import cgroups, cleanup, documents, helper, inventory, retirement
 from steward.session import Settings
 from steward.stateroot import STAGES, STAGING, TOMBSTONES, StateRoot, open_directory_at
+
+
+MAX_DOCUMENT = 4 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +99,7 @@ def remove_sandbox_residue(root: StateRoot, stage_id: str) -> list[str]:
 
 
 def _hygiene(root: StateRoot, area: str, stage_id: str, settings: Settings) -> helper.Response:
-    """For a preserved stage: kill processes of the dedicated ids, detach mounts under it; nothing is written."""
+    """Kill processes of the dedicated ids and detach mounts under the stage, under the lease; no record is written."""
     stage = root.path_of(area, stage_id)
     mounted = inventory.mount_document(inventory.read_mountinfo(), root.path, stage)["under_stage"]
     relative = sorted((entry["mount_point"][len(stage) + 1:] for entry in mounted if entry["mount_point"] != stage), reverse=True)
@@ -158,22 +161,22 @@ class Recovery:
                 remove_sandbox_residue(self.root, stage_id)
                 reading = cleanup.read_own_journal(stage_fd, stage_id, writer.head)
                 last = reading.records[-1]
-                if last.kind is Kind.CLEANUP_EVIDENCE:
-                    # The claim is made; what the host still holds is removed before the rename, claiming nothing.
-                    _hygiene(self.root, STAGES, stage_id, self.settings)
-                    claims = _outer_claims(stage_fd, last.fields["process_inventory_digest"])
-                    diagnostic = cleanup.journal_diagnostic(reading, "RECOVERED", last.fields["outcome"] == "CLEANED", claims)
-                else:
-                    documents_fd = _documents(stage_fd, self.root.path_of(STAGES, stage_id))
-                    try:
+                documents_fd = _documents(stage_fd, self.root.path_of(STAGES, stage_id))
+                try:
+                    if last.kind is Kind.CLEANUP_EVIDENCE:
+                        # The claim is made; what the host still holds is removed before the rename, claiming nothing.
+                        _hygiene(self.root, STAGES, stage_id, self.settings)
+                        claims = _outer_claims(documents_fd, last.fields["process_inventory_digest"])
+                        diagnostic = cleanup.journal_diagnostic(reading, "RECOVERED", last.fields["outcome"] == "CLEANED", claims)
+                    else:
                         diagnostic = cleanup.Cleaner(
                             root=self.root, area=STAGES, stage_id=stage_id, stage_fd=stage_fd, documents_fd=documents_fd,
                             writer=writer, uid=self.settings.uid, gid=self.settings.gid,
                             lease_seconds=self.settings.lease_seconds, reaper="cleanup", ending="RECOVERED",
                             timing=self.settings.timing, command=self.settings.helper_command, hook=self.hook,
                         ).clean().diagnostic
-                    finally:
-                        os.close(documents_fd)
+                finally:
+                    os.close(documents_fd)
                 head = retirement.retire(self.root, stage_id, writer, retirement.note("RECOVERED", diagnostic), self.hook)
                 return cleanup.read_own_journal(stage_fd, stage_id, head)
         finally:
@@ -197,20 +200,13 @@ class Recovery:
         return [self.recover(stage_id) for stage_id in stage_ids(self.root)]
 
 
-def _outer_claims(stage_fd: int, digest: str) -> list[tuple[str, int, bool]]:
+def _outer_claims(documents_fd: int, digest: str) -> list[tuple[str, int, bool]]:
     """The runner's C3 claims, from the process inventory its CLEANUP_EVIDENCE bound (checked against the digest)."""
-    try:
-        fd = os.open(f"{documents.DOCUMENTS}/{digest}", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stage_fd)
-    except FileNotFoundError:
+    data = read_evidence(documents_fd, digest, MAX_DOCUMENT)
+    if data is None or documents.digest(data) != digest:
         return []
     try:
-        data = read_stored(fd)
-    finally:
-        os.close(fd)
-    if documents.digest(data) != digest:
-        return []
-    try:
-        groups = strictjson.loads(data, max_bytes=len(data))["outer_groups"]
+        groups = strictjson.loads(data, max_bytes=MAX_DOCUMENT)["outer_groups"]
         return [(group["sandbox"], group["pgid"], group["claim"] == "ABSENT") for group in groups]
     except (Refused, KeyError, TypeError):
         return []

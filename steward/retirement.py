@@ -31,7 +31,6 @@ not match its journal, a symlink or a foreign owner.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import fcntl
 import os
 import re
@@ -39,14 +38,15 @@ import stat
 
 from journal.createonly import publish_once
 from journal.errors import Refused
-from journal.files import JOURNAL_NAME, read_stored
+from journal.files import JOURNAL_NAME, read_evidence
+from journal.format import CAP
 from journal.format import Kind
 from journal.reader import Reading, Verdict, read_journal
 from journal.seal import NAME as SEAL_NAME
 from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
 from launcher import syscalls as sc
 from steward import inventory
-from steward.stateroot import STAGES, TOMBSTONES, StateRoot, check_root_owned
+from steward.stateroot import STAGES, TOMBSTONES, StateRoot
 
 ACTIVE, INTENT, RENAMED, RETIRED, SEALED, PRESERVED = "ACTIVE", "INTENT", "RENAMED", "RETIRED", "SEALED", "PRESERVED"
 STATES = (ACTIVE, INTENT, RENAMED, RETIRED, SEALED)
@@ -180,27 +180,20 @@ class Assessment:
 
 
 def _read_entry(directory_fd: int, name: str, cap: int, shown: str) -> bytes | None:
-    """The bytes of a regular file in a directory, or None when it is absent; a symlink or foreign owner is refused."""
+    """The bytes of a root-owned regular file in a directory, or None when it is absent (F3)."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory_fd)
+        info = os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise Refused(shown, "is a symlink") from None
-        raise
+    if info.st_uid != 0:
+        raise Refused(shown, f"is owned by uid {info.st_uid}; everything in the state root is owned by root")
     try:
-        info = check_root_owned(fd, shown)
-        if not stat.S_ISREG(info.st_mode):
-            raise Refused(shown, "is not a regular file")
-        if name == JOURNAL_NAME:
-            return read_stored(fd)
-        data = os.read(fd, cap + 1)
-        if len(data) > cap:
-            raise Refused(shown, f"is larger than its {cap}-byte cap")
-        return data
-    finally:
-        os.close(fd)
+        data = read_evidence(directory_fd, name, cap)
+    except Refused as refusal:
+        raise Refused(shown, refusal.rule) from None
+    if data is not None and len(data) > cap:
+        raise Refused(shown, f"is larger than its {cap}-byte cap")
+    return data
 
 
 def journal_in_use(directory_fd: int) -> bool:
@@ -243,7 +236,7 @@ def assess(root: StateRoot, stage_id: str) -> Assessment:
         shown = root.path_of(area, stage_id)
         in_use = journal_in_use(fd)
         try:
-            data = _read_entry(fd, JOURNAL_NAME, 0, f"{shown}/{JOURNAL_NAME}")
+            data = _read_entry(fd, JOURNAL_NAME, CAP + 1, f"{shown}/{JOURNAL_NAME}")
             marker_bytes = None if in_stages else _read_entry(fd, SEAL_NAME, SEAL_MAX_BYTES, f"{shown}/{SEAL_NAME}")
         except Refused as refusal:
             return Assessment(stage_id, location, PRESERVED, "", refusal.sentence(), in_use=in_use)

@@ -30,9 +30,8 @@ from typing import Callable, Sequence
 
 from journal.createonly import publish_once
 from journal.errors import Refused
-from journal.files import JOURNAL_NAME, read_stored
-from journal.format import ID
-from journal.reader import Verdict, read_journal
+from journal.files import JOURNAL_NAME, read_evidence
+from journal.format import CAP, ID
 from journal.seal import NAME as SEAL_NAME
 from journal.writer import JournalWriter
 from steward import api, attempts, cleanup, dedicated, documents, outputs, procfs, retirement
@@ -496,9 +495,7 @@ class Session:
             ).clean()
             text = retirement.note(ending, result.diagnostic)
             head = retirement.retire(self.root, self.stage_id, self.ledger, text, self.hook)
-            reading = read_journal(self._tombstone_journal(), expect_stage_id=self.stage_id, expect_head=head)
-            if reading.verdict is not Verdict.VALID:
-                raise Refused("journal", f"is {reading.verdict} after retirement ({reading.reason}); the tombstone is not sealed")
+            reading = cleanup.read_own_journal(self.stage_fd, self.stage_id, head)
             self.writer.close()
             retirement.seal(self.root, self.stage_id, retirement.marker_for(reading), self.hook)
         finally:
@@ -508,13 +505,6 @@ class Session:
             tombstone=self.root.path_of(TOMBSTONES, self.stage_id), cleanup=result.outcome,
             diagnostic=result.diagnostic, exported=(),
         )
-
-    def _tombstone_journal(self) -> bytes:
-        fd = os.open(JOURNAL_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.stage_fd)
-        try:
-            return read_stored(fd)
-        finally:
-            os.close(fd)
 
     def _release(self) -> None:
         """Close every descriptor the session owns, each exactly once."""
@@ -548,8 +538,8 @@ class Session:
 
 
 def _read_file(directory_fd: int, name: str) -> bytes:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory_fd)
-    try:
-        return read_stored(fd) if name == JOURNAL_NAME else os.read(fd, api.MAX_EVIDENCE_BYTES + 1)
-    finally:
-        os.close(fd)
+    """A file of the sealed tombstone, whole (the journal up to its cap, evidence up to its own)."""
+    data = read_evidence(directory_fd, name, CAP if name == JOURNAL_NAME else api.MAX_EVIDENCE_BYTES)
+    if data is None:
+        raise Refused(name, "is missing from the tombstone")
+    return data

@@ -14,7 +14,6 @@ import sys
 import pytest
 
 from journal.errors import Refused
-from journal.format import Kind
 from journal.reader import Verdict, read_journal
 from journal.writer import JournalWriter
 from steward import attempts, documents

@@ -14,7 +14,7 @@ from journal.errors import Refused
 from journal.format import Kind
 from journal.seal import SealMarker, seal_from_bytes
 from launcher.protocol import ProtocolError
-from sandbox_support import contained, processes_of  # noqa: F401
+from sandbox_support import contained  # noqa: F401
 from steward import documents, procfs, retirement, starter
 from steward.session import AFTER_MOUNT_INTENT, Steward
 from steward_support import (  # noqa: F401

@@ -109,13 +109,24 @@ def test_the_client_offers_exactly_the_in_process_session_calls():
 
 
 def test_a_session_over_the_socket_is_the_same_session(daemon, tmp_path):
-    """The wire session: same values, same journal, same sealed tombstone, and the evidence exported."""
+    """The wire session: same values, same journal, same sealed tombstone, and the evidence exported.
+
+    A capability crosses as a descriptor and passes F4's predicate (executor.capability) in the daemon.
+    """
     session = client.connect(daemon.socket).open_session("attempt-1")
     session.create_output("out", max_bytes=1 << 20)
     ready = session.start_sandbox(write=["out"])
     assert ready.capabilities == 0 and ready.no_new_privs
     outcome = session.run(["/bin/sh", "-c", "printf hi > /out/out/f; echo ok"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
     assert (outcome.exit_code, outcome.stdout) == (0, b"ok\n")
+    session.close_sandbox()
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    (clean / "data").write_text("from the client\n")
+    session.add_capability("tree", os.open(clean, os.O_RDONLY | os.O_DIRECTORY))
+    session.start_sandbox(read=["tree"])
+    read = session.run(["/bin/cat", "/cap/tree/data"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
+    assert read.stdout == b"from the client\n"
     session.close_sandbox()
     sealed = session.seal_output("out")
     fd = session.open_output("out")
@@ -124,8 +135,10 @@ def test_a_session_over_the_socket_is_the_same_session(daemon, tmp_path):
             assert file.read() == b"hi"
     finally:
         os.close(fd)
-    with pytest.raises(Refused, match="no capability predicate"):
-        session.add_capability("tree", os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+    leaky = tmp_path / "leaky"
+    (leaky / ".git").mkdir(parents=True)
+    with pytest.raises(Refused, match=r"capability leaky/\.git: is a \.git segment"):
+        session.add_capability("leaky", os.open(leaky, os.O_RDONLY | os.O_DIRECTORY))
     session.publish("attempt-1.case.receipt.json", b"{}")
     evidence = tmp_path / "evidence"
     evidence.mkdir()
