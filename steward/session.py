@@ -398,32 +398,21 @@ class Session:
         stderr_cap: int,
     ) -> api.OpOutcome:
         """Run one op in the open sandbox; its identity is durable before it is released (J1)."""
-        from steward.starter import OpNotStarted
-
         self._usable()
         if self.sandbox is None:
             raise Refused("op", "needs an open sandbox; start one first")
         sandbox = self.sandbox
         try:
-            result = sandbox.run(list(argv), env=dict(env), cwd=cwd, timeout_ms=timeout_ms, stdout_cap=stdout_cap, stderr_cap=stderr_cap)
+            observation = sandbox.run(
+                list(argv), env=dict(env), cwd=cwd, timeout_ms=timeout_ms, stdout_cap=stdout_cap, stderr_cap=stderr_cap
+            )
         except SandboxFailure:
             self._closed_sandbox()
             raise
-        pid, starttime, pgid = self.ledger.identities[result.op_id]
-        common = dict(
-            sandbox=sandbox.id, op_id=result.op_id, pid=pid, starttime=starttime, pgid=pgid,
-            wait_status=result.wait_status, descendants_reaped=result.descendants_reaped,
-            terminal_head=self.ledger.terminal_heads[result.op_id], head=self.ledger.head,
-        )
-        if isinstance(result, OpNotStarted):
-            return api.OpOutcome(
-                **common, started=False, limit=None, wall_ms=None, cpu_ms=None, max_rss_kib=None, stdout=b"", stderr=b"",
-                stdout_truncated=False, stderr_truncated=False, step=result.step, errno=result.errno,
-            )
+        pid, starttime, pgid = self.ledger.identities[observation.op_id]
         return api.OpOutcome(
-            **common, started=True, limit=result.limit, wall_ms=result.wall_ms, cpu_ms=result.cpu_ms,
-            max_rss_kib=result.max_rss_kib, stdout=result.stdout, stderr=result.stderr,
-            stdout_truncated=result.stdout_truncated, stderr_truncated=result.stderr_truncated, step=None, errno=None,
+            sandbox=sandbox.id, op_id=observation.op_id, pid=pid, starttime=starttime, pgid=pgid, observation=observation,
+            terminal_head=self.ledger.terminal_heads[observation.op_id], head=self.ledger.head,
         )
 
     def close_sandbox(self) -> str:

@@ -134,7 +134,7 @@ def test_a_capability_is_read_only_in_the_sandbox_and_closed_once_at_the_end(ste
     session.add_capability("data", fd)
     session.start_sandbox(read=["data"])
     outcome = session.run(["/bin/sh", "-c", "cat /cap/data/hello; touch /cap/data/x"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=200)
-    assert outcome.stdout == b"hi\n" and outcome.exit_code == 1 and b"Read-only" in outcome.stderr
+    assert outcome.observation.stdout == b"hi\n" and outcome.exit_code == 1 and b"Read-only" in outcome.observation.stderr
     session.close_sandbox()
     assert _is_open(fd)
     session.close()
@@ -148,7 +148,7 @@ def test_an_output_is_filled_sealed_and_reused_read_only(steward, state_path):
     session.start_sandbox(write=["wheels"])
     fill = session.run(["/bin/sh", "-c", "mkdir /out/wheels/d && printf abc > /out/wheels/d/a.whl && chmod 4755 /out/wheels/d/a.whl"],
                        env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
-    assert fill.exit_code == 0, fill.stderr
+    assert fill.exit_code == 0, fill.observation.stderr
     with pytest.raises(Refused, match="still mounted in the open sandbox"):
         session.seal_output("wheels")
     session.close_sandbox()
@@ -166,7 +166,7 @@ def test_an_output_is_filled_sealed_and_reused_read_only(steward, state_path):
         os.close(descriptor)
     session.start_sandbox(read=["wheels"])
     reuse = session.run(["/bin/sh", "-c", "cat /cap/wheels/d/a.whl; touch /cap/wheels/x"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=200)
-    assert reuse.stdout == b"abc" and reuse.exit_code == 1
+    assert reuse.observation.stdout == b"abc" and reuse.exit_code == 1
     session.close_sandbox()
     assert session.close().diagnostic == "VERIFIED"
 
@@ -191,7 +191,7 @@ def test_an_output_is_capped(steward):
     session.create_output("out", max_bytes=1 << 20)
     session.start_sandbox(write=["out"])
     outcome = session.run(["/bin/sh", "-c", "head -c 3000000 /dev/zero > /out/out/big"], env=ENV, timeout_ms=10_000, stdout_cap=100, stderr_cap=300)
-    assert outcome.exit_code != 0 and b"No space left" in outcome.stderr
+    assert outcome.exit_code != 0 and b"No space left" in outcome.observation.stderr
     session.close()
 
 

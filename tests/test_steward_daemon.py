@@ -118,7 +118,7 @@ def test_a_session_over_the_socket_is_the_same_session(daemon, tmp_path):
     ready = session.start_sandbox(write=["out"])
     assert ready.capabilities == 0 and ready.no_new_privs
     outcome = session.run(["/bin/sh", "-c", "printf hi > /out/out/f; echo ok"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
-    assert (outcome.exit_code, outcome.stdout) == (0, b"ok\n")
+    assert (outcome.exit_code, outcome.observation.stdout) == (0, b"ok\n")
     session.close_sandbox()
     clean = tmp_path / "clean"
     clean.mkdir()
@@ -126,7 +126,7 @@ def test_a_session_over_the_socket_is_the_same_session(daemon, tmp_path):
     session.add_capability("tree", os.open(clean, os.O_RDONLY | os.O_DIRECTORY))
     session.start_sandbox(read=["tree"])
     read = session.run(["/bin/cat", "/cap/tree/data"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
-    assert read.stdout == b"from the client\n"
+    assert read.observation.stdout == b"from the client\n"
     session.close_sandbox()
     sealed = session.seal_output("out")
     fd = session.open_output("out")
@@ -233,7 +233,7 @@ def test_four_sessions_at_once(daemon):
                                   timeout_ms=10_000, stdout_cap=100, stderr_cap=100)
             session.close_sandbox()
             session.seal_output("out")
-            results[index] = (outcome.stdout, session.close())
+            results[index] = (outcome.observation.stdout, session.close())
         except BaseException as error:  # noqa: BLE001 - collected for the assertion below
             errors.append(error)
 

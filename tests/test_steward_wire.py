@@ -85,3 +85,20 @@ def test_a_closed_peer_ends_the_connection(pair):
     client.sock.close()
     with pytest.raises(WireError, match="closed"):
         steward.receive()
+
+
+def test_an_op_outcome_crosses_the_wire_as_the_same_value():
+    """One API: the launcher's observation comes back as the very OpResult or OpNotStarted the starter made."""
+    from journal.closed import ClosedObject
+    from journal.strictjson import canonical, loads
+    from steward.api import OpNotStarted, OpOutcome, OpResult
+
+    head = "ab" * 32
+    ran = OpResult("OK", 0, 0, 3, 2, 1000, b"\x00\xffout", b"", False, True, op_id="s-1.op-1")
+    failed = OpNotStarted("execve", 2, 127 << 8, 0, op_id="s-1.op-2")
+    for observation in (ran, failed):
+        outcome = OpOutcome("s-1", observation.op_id, 42, 7, 42, observation, head, head)
+        wire = loads(canonical(outcome.to_wire()), max_bytes=1 << 20)
+        assert OpOutcome.from_wire(ClosedObject(wire)) == outcome
+    assert not hasattr(ran, "step") and hasattr(failed, "step"), "receipts tell the two apart by their fields"
+    assert OpOutcome("s-1", "s-1.op-2", 42, 7, 42, failed, head, head).exit_code is None

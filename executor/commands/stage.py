@@ -149,7 +149,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Show one stage or tombstone: state, journal verdict and head, attempt, cleanup evidence, "
         "diagnostic, seal marker, and why it is in that state. Changes nothing. Exit 0, or 1 when it is PRESERVED.",
     )
-    show.add_argument("stage", type=_id, metavar="ID")
+    show.add_argument("stage", type=_id, metavar="ID", help="a stage or tombstone id (as stage list shows it)")
     show.add_argument("--json", action="store_true", help="print one canonical JSON object")
     recover = commands.add_parser(
         "recover",
@@ -160,7 +160,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "mounts on the host are removed). A stage a running steward holds is left alone. Exit 0 when every "
         "stage is sealed or deliberately preserved, 1 otherwise.",
     )
-    recover.add_argument("stage", type=_id, nargs="?", metavar="ID")
+    recover.add_argument("stage", type=_id, nargs="?", metavar="ID", help="one stage or tombstone id (as stage list shows it)")
     recover.add_argument("--all", action="store_true", help="every stage and tombstone")
     recover.add_argument("--json", action="store_true", help="print one canonical JSON array of reports")
     for command in (listing, show, recover):
