@@ -268,3 +268,42 @@ def test_sigterm_retires_open_sessions_and_removes_the_socket(daemon):
     assert os.listdir(os.path.join(daemon.state, "stages")) == []
     with Steward(settings(daemon.state, (1, 1)), capability_check=accept_all) as steward:
         assert retirement.assess(steward.root, session.stage_id).state == retirement.SEALED
+
+
+def _config(tmp_path, sandbox_ids, socket_path: str, state: str):
+    from executor.config import Config
+
+    return Config(state_root=state, socket=socket_path, sandbox_uid=sandbox_ids[0], sandbox_gid=sandbox_ids[1])
+
+
+def test_the_cli_uses_the_daemon_when_it_answers(daemon, tmp_path, sandbox_ids):
+    from executor import sessions
+
+    session = sessions.open_session(_config(tmp_path, sandbox_ids, daemon.socket, daemon.state), "attempt-1")
+    assert isinstance(session, RemoteSession)
+    assert session.close().cleanup == "CLEANED"
+
+
+def test_without_a_daemon_root_gets_an_embedded_session_with_the_same_evidence(tmp_path, sandbox_ids):
+    """Embedded mode: no socket answers, the caller is root: the same steward code runs in process for one session."""
+    from executor import sessions
+
+    state = str(tmp_path / "state")
+    session = sessions.open_session(_config(tmp_path, sandbox_ids, str(tmp_path / "none.sock"), state), "attempt-1")
+    assert isinstance(session, Session)
+    session.start_sandbox()
+    session.run(TRUE, env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
+    session.close_sandbox()
+    closed = session.close()
+    assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
+    assert sealed_reading(state, closed.stage_id).verdict == "VALID"
+    assert session.steward.root.fd == -1, "the embedded steward lives for its one session"
+
+
+def test_without_a_daemon_an_unprivileged_caller_is_told_what_to_do(tmp_path, sandbox_ids, monkeypatch):
+    from executor import sessions
+    from executor.frontend import InternalFailure
+
+    monkeypatch.setattr(sessions.os, "geteuid", lambda: 1000)
+    with pytest.raises(InternalFailure, match="start casebox-steward.service or run this with sudo"):
+        sessions.open_session(_config(tmp_path, sandbox_ids, str(tmp_path / "none.sock"), str(tmp_path / "state")), "attempt-1")
