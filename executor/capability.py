@@ -29,6 +29,7 @@ The judgement on each name and each link target is a pure function
 from __future__ import annotations
 
 import os
+import stat
 
 from journal.errors import Refused
 
@@ -168,16 +169,18 @@ class _Walk:
                     os.close(child)
 
 
-def check_directory(fd: int, shown: str, *, state_root: str) -> None:
-    """Refuse, naming ``shown``, the open directory ``fd`` if F4 forbids handing it into a sandbox.
+def check_descriptor(fd: int, shown: str, *, state_root: str) -> None:
+    """F4 on an open directory descriptor; ``shown`` names it in a refusal.
 
-    This is the one predicate: :func:`open_capability` applies it to a path a
-    user gave, and the steward applies it to every descriptor a client hands
-    a session (``executor.sessions.capability_check``).
+    The same checks as :func:`open_capability`, for a directory someone else
+    opened: a steward session applies it to every descriptor its client hands
+    in (docs/steward-protocol.md).
     """
     state_root = os.path.normpath(state_root)
     state = _state_identity(state_root)
     try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise Refused(shown, "must be a directory")
         _check_location(fd, shown, state)
         _Walk(shown.rstrip("/") or "/", os.path.basename(state_root), state).directory(fd, "", 0)
     except OSError as error:
@@ -192,7 +195,7 @@ def open_capability(path: str, *, state_root: str) -> int:
     """
     fd = _open_root(path)
     try:
-        check_directory(fd, path, state_root=state_root)
+        check_descriptor(fd, path, state_root=state_root)
     except BaseException:
         os.close(fd)
         raise

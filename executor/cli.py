@@ -24,6 +24,8 @@ COMMAND_MODULES = (
     "executor.commands.evaluate",
     "executor.commands.verify",
     "executor.commands.demo",
+    "executor.commands.steward",
+    "executor.commands.stage",
 )
 
 

@@ -1,30 +1,28 @@
 """How the CLI reaches the steward: the composition root of steward/ (docs/steward-protocol.md).
 
-- :func:`capability_check`: F4's one predicate (``executor/capability.py``),
-  installed into the steward for every descriptor a client hands a session.
+- :func:`open_session`: the daemon's session over its socket when one
+  answers; otherwise, for root, an embedded steward running the same code in
+  this process for this one session (the journal and the evidence are the
+  same); otherwise exit 70 with what to do.
 - :func:`steward_for`: a :class:`~steward.session.Steward` with this
-  configuration and that predicate.
-- :func:`open_session`: for root, an embedded steward running the session in
-  this process (the journal and the evidence are the daemon's own); the
-  daemon's socket client (``steward.client``) is the other leg of this
-  choice and lands with the daemon.
+  configuration and the one capability predicate (F4).
 """
 
 from __future__ import annotations
 
 import os
 
-from executor.capability import check_directory
+from executor.capability import check_descriptor
 from executor.config import Config
 from executor.frontend import InternalFailure
 from steward.session import CapabilityCheck, Settings
 
 
 def capability_check(state_root: str) -> CapabilityCheck:
-    """F4's one predicate for every directory a client hands the steward: the walk of executor/capability.py."""
+    """F4's one predicate (``executor.capability``) for every directory a client hands the steward."""
 
     def check(fd: int, name: str) -> None:
-        check_directory(fd, name, state_root=state_root)
+        check_descriptor(fd, name, state_root=state_root)
 
     return check
 
@@ -43,9 +41,17 @@ def steward_for(config: Config):
 
 
 def open_session(config: Config, attempt_id: str):
-    """A session of an embedded steward for this one attempt (root only); it closes its steward when it ends."""
-    if os.geteuid() != 0:
-        raise InternalFailure("the embedded steward needs root to create namespaces and mounts; run this with sudo.")
+    """A session from the daemon at ``config.socket``, else (as root) from an embedded steward."""
+    from steward import client
+
+    try:
+        return client.connect(config.socket).open_session(attempt_id)
+    except client.Unreachable:
+        if os.geteuid() != 0:
+            raise InternalFailure(
+                f"no steward listens on {config.socket}, and the embedded steward needs root; "
+                "start casebox-steward.service or run this with sudo."
+            ) from None
     steward = steward_for(config)
     try:
         return steward.open_session(attempt_id, single=True)

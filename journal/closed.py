@@ -44,6 +44,10 @@ class ClosedObject:
     def has(self, key: str) -> bool:
         return key in self._rest
 
+    def keys(self) -> list[str]:
+        """The fields not popped yet, sorted (for an object whose keys are data, such as an environment)."""
+        return sorted(self._rest)
+
     def pop_int(self, key: str, *, low: int, high: int) -> int:
         value = self._pop(key, int, "an integer")
         if not low <= value <= high:

@@ -11,16 +11,16 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import os
 import re
 
 from journal.closed import ClosedObject, check_str
-from journal.format import ID
+from journal.format import pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError
 
 MIB = 1 << 20
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}\Z")
 NAME_RULE = "must be a name: 1 to 40 of a-z 0-9 _ -, starting with a letter or digit"
-INVENTORY_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
 MAX_OUTPUT = 256 << 10
 # An evidence file the client stores in its stage (a receipt) and gets back at close with the journal and seal.json.
 EVIDENCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}\Z")
@@ -36,10 +36,6 @@ def check_name(name: object, where: str) -> str:
     return name
 
 
-def _id(fields: ClosedObject, key: str) -> str:
-    return fields.pop_str(key, max_bytes=64, pattern=ID, rule="must be an id")
-
-
 def _int(fields: ClosedObject, key: str, high: int = MAX_SAFE_INTEGER) -> int:
     return fields.pop_int(key, low=0, high=high)
 
@@ -50,15 +46,6 @@ def _bytes(fields: ClosedObject, key: str, cap: int) -> bytes:
         return base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, ValueError):
         raise StrictJSONError(f"{fields.path}.{key}", "must be base64") from None
-
-
-def _nullable_int(fields: ClosedObject, key: str) -> int | None:
-    value = fields.pop_nullable(key)
-    if value is None:
-        return None
-    if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
-        raise StrictJSONError(f"{fields.path}.{key}", "must be null or a non-negative integer")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +99,7 @@ class Opened:
 
     @classmethod
     def from_wire(cls, fields: ClosedObject) -> "Opened":
-        value = cls(_id(fields, "stage_id"), _id(fields, "journal_id"), _id(fields, "attempt_id"), fields.pop_sha256("head"))
+        value = cls(pop_id(fields, "stage_id"), pop_id(fields, "journal_id"), pop_id(fields, "attempt_id"), fields.pop_sha256("head"))
         fields.done()
         return value
 
@@ -143,7 +130,7 @@ class Ready:
             return tuple(str(item) for _, item in fields.pop_list(key, min_items=4, max_items=4))
 
         value = cls(
-            sandbox=_id(fields, "sandbox"),
+            sandbox=pop_id(fields, "sandbox"),
             head=fields.pop_sha256("head"),
             uids=strings("uids"),
             gids=strings("gids"),
@@ -159,13 +146,85 @@ class Ready:
 
 
 @dataclasses.dataclass(frozen=True)
-class OpOutcome:
-    """One op as the launcher observed it, with its process identity exactly as the journal recorded it.
+class OpResult:
+    """An op that ran: its raw wait status and what pid 1 and the cgroup observed (docs/launcher.md, S10)."""
 
-    ``started`` is False for an op whose child failed before exec (``step``
-    and ``errno`` say where); it has a wait status but no limit class and no
-    exit code. ``terminal_head`` is the journal head right after the op's
-    PROCESS_TERMINAL, ``head`` the head after its DESCENDANTS_TERMINAL.
+    limit: str
+    wait_status: int
+    descendants_reaped: int
+    wall_ms: int
+    cpu_ms: int
+    max_rss_kib: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    op_id: str = ""
+
+    @property
+    def exit_code(self) -> int | None:
+        return os.WEXITSTATUS(self.wait_status) if os.WIFEXITED(self.wait_status) else None
+
+    @property
+    def signal(self) -> int | None:
+        return os.WTERMSIG(self.wait_status) if os.WIFSIGNALED(self.wait_status) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpNotStarted:
+    """An op whose child failed before exec: the failing step and errno; it has no exit code."""
+
+    step: str
+    errno: int
+    wait_status: int
+    descendants_reaped: int
+    op_id: str = ""
+
+
+def _observation_to_wire(observation: OpResult | OpNotStarted) -> dict:
+    values = dataclasses.asdict(observation)
+    del values["op_id"]
+    if isinstance(observation, OpResult):
+        values["stdout"] = base64.b64encode(observation.stdout).decode("ascii")
+        values["stderr"] = base64.b64encode(observation.stderr).decode("ascii")
+    return values
+
+
+def _observation_from_wire(fields: ClosedObject, op_id: str) -> OpResult | OpNotStarted:
+    wait_status = _int(fields, "wait_status", 0xFFFF)
+    descendants = _int(fields, "descendants_reaped", 2**32 - 1)
+    if fields.has("step"):
+        observation: OpResult | OpNotStarted = OpNotStarted(
+            step=fields.pop_str("step", max_bytes=64), errno=_int(fields, "errno", 4_095),
+            wait_status=wait_status, descendants_reaped=descendants, op_id=op_id,
+        )
+    else:
+        observation = OpResult(
+            limit=fields.pop_str("limit", max_bytes=32, ascii_only=True),
+            wait_status=wait_status,
+            descendants_reaped=descendants,
+            wall_ms=_int(fields, "wall_ms"),
+            cpu_ms=_int(fields, "cpu_ms"),
+            max_rss_kib=_int(fields, "max_rss_kib"),
+            stdout=_bytes(fields, "stdout", MAX_OUTPUT),
+            stderr=_bytes(fields, "stderr", MAX_OUTPUT),
+            stdout_truncated=fields.pop_bool("stdout_truncated"),
+            stderr_truncated=fields.pop_bool("stderr_truncated"),
+            op_id=op_id,
+        )
+    fields.done()
+    return observation
+
+
+@dataclasses.dataclass(frozen=True)
+class OpOutcome:
+    """One op: the launcher's observation exactly as the starter got it, and the op's process identity
+    exactly as the journal recorded it.
+
+    ``observation`` is an :class:`OpResult`, or an :class:`OpNotStarted` for an
+    op whose child failed before exec (it has a wait status but no limit class
+    and no exit code). ``terminal_head`` is the journal head right after the
+    op's PROCESS_TERMINAL, ``head`` the head after its DESCENDANTS_TERMINAL.
     """
 
     sandbox: str
@@ -173,65 +232,44 @@ class OpOutcome:
     pid: int
     starttime: int
     pgid: int
-    started: bool
-    wait_status: int
-    descendants_reaped: int
-    limit: str | None
-    wall_ms: int | None
-    cpu_ms: int | None
-    max_rss_kib: int | None
-    stdout: bytes
-    stderr: bytes
-    stdout_truncated: bool
-    stderr_truncated: bool
-    step: str | None
-    errno: int | None
+    observation: OpResult | OpNotStarted
     terminal_head: str
     head: str
 
+    @property
+    def started(self) -> bool:
+        return isinstance(self.observation, OpResult)
+
+    @property
+    def wait_status(self) -> int:
+        return self.observation.wait_status
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.observation.exit_code if isinstance(self.observation, OpResult) else None
+
     def to_wire(self) -> dict:
-        values = dataclasses.asdict(self)
-        values["stdout"] = base64.b64encode(self.stdout).decode("ascii")
-        values["stderr"] = base64.b64encode(self.stderr).decode("ascii")
-        return values
+        return {
+            "sandbox": self.sandbox, "op_id": self.op_id, "pid": self.pid, "starttime": self.starttime, "pgid": self.pgid,
+            "observation": _observation_to_wire(self.observation),
+            "terminal_head": self.terminal_head, "head": self.head,
+        }
 
     @classmethod
     def from_wire(cls, fields: ClosedObject) -> "OpOutcome":
-        limit = fields.pop_nullable("limit")
-        step = fields.pop_nullable("step")
-        if limit is not None and (type(limit) is not str or not limit.isascii() or len(limit) > 32):
-            raise StrictJSONError(f"{fields.path}.limit", "must be null or a limit class")
-        if step is not None and (type(step) is not str or len(step) > 64):
-            raise StrictJSONError(f"{fields.path}.step", "must be null or a step name")
+        op_id = pop_id(fields, "op_id")
         value = cls(
-            sandbox=_id(fields, "sandbox"),
-            op_id=_id(fields, "op_id"),
+            sandbox=pop_id(fields, "sandbox"),
+            op_id=op_id,
             pid=fields.pop_int("pid", low=1, high=4_194_304),
             starttime=_int(fields, "starttime"),
             pgid=fields.pop_int("pgid", low=1, high=4_194_304),
-            started=fields.pop_bool("started"),
-            wait_status=_int(fields, "wait_status", 0xFFFF),
-            descendants_reaped=_int(fields, "descendants_reaped", 2**32 - 1),
-            limit=limit,
-            wall_ms=_nullable_int(fields, "wall_ms"),
-            cpu_ms=_nullable_int(fields, "cpu_ms"),
-            max_rss_kib=_nullable_int(fields, "max_rss_kib"),
-            stdout=_bytes(fields, "stdout", MAX_OUTPUT),
-            stderr=_bytes(fields, "stderr", MAX_OUTPUT),
-            stdout_truncated=fields.pop_bool("stdout_truncated"),
-            stderr_truncated=fields.pop_bool("stderr_truncated"),
-            step=step,
-            errno=_nullable_int(fields, "errno"),
+            observation=_observation_from_wire(fields.pop_object("observation"), op_id),
             terminal_head=fields.pop_sha256("terminal_head"),
             head=fields.pop_sha256("head"),
         )
         fields.done()
         return value
-
-    @property
-    def exit_code(self) -> int | None:
-        exited = self.started and self.wait_status & 0x7F == 0
-        return self.wait_status >> 8 if exited else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +289,7 @@ class Sealed:
     def from_wire(cls, fields: ClosedObject) -> "Sealed":
         value = cls(
             name=check_name(fields.pop_str("name", max_bytes=40), f"{fields.path}.name"),
-            inventory_digest=fields.pop_str("inventory_digest", max_bytes=71, pattern=INVENTORY_DIGEST, rule="must be sha256:HEX"),
+            inventory_digest=fields.pop_digest("inventory_digest"),
             files=_int(fields, "files"),
             directories=_int(fields, "directories"),
             bytes=_int(fields, "bytes"),
@@ -284,9 +322,9 @@ class Closed:
         if cleanup not in ("CLEANED", "UNVERIFIED"):
             raise StrictJSONError(f"{fields.path}.cleanup", "must be CLEANED or UNVERIFIED")
         value = cls(
-            stage_id=_id(fields, "stage_id"),
-            journal_id=_id(fields, "journal_id"),
-            attempt_id=_id(fields, "attempt_id"),
+            stage_id=pop_id(fields, "stage_id"),
+            journal_id=pop_id(fields, "journal_id"),
+            attempt_id=pop_id(fields, "attempt_id"),
             head=fields.pop_sha256("head"),
             tombstone=fields.pop_str("tombstone", max_bytes=4_096),
             cleanup=cleanup,

@@ -26,14 +26,13 @@ a wait call on a process that is not our child (C2).
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from journal.errors import Refused
-from journal.files import JOURNAL_NAME, read_stored
-from journal.format import Kind
+from journal.files import JOURNAL_NAME, read_evidence
+from journal.format import CAP, Kind
 from journal.reader import Reading, Verdict, read_journal
 from steward import attempts, documents, fold, inventory
-from steward.helper import Request
+from steward.helper import Request, remove_and_prove
 from steward.stateroot import StateRoot
 
 LATE_REAP_SECONDS = 10.0
@@ -52,11 +51,7 @@ class Result:
 
 def read_own_journal(stage_fd: int, stage_id: str, head: str) -> Reading:
     """The journal as stored, which must be VALID and end at the writer's own head."""
-    fd = os.open(JOURNAL_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stage_fd)
-    try:
-        reading = read_journal(read_stored(fd), expect_stage_id=stage_id, expect_head=head)
-    finally:
-        os.close(fd)
+    reading = read_journal(read_evidence(stage_fd, JOURNAL_NAME, CAP), expect_stage_id=stage_id, expect_head=head)
     if reading.verdict is not Verdict.VALID:
         raise Refused("journal", f"is {reading.verdict} on disk ({reading.reason}); the cleanup claim is refused (J4)")
     return reading
@@ -106,6 +101,24 @@ class Cleaner:
     def stage_path(self) -> str:
         return self.root.path_of(self.area, self.stage_id)
 
+    def _settle_interrupted(self, reading: Reading) -> bool:
+        """Classify a helper attempt whose runner died before its HELPER_ATTEMPT; True if one was recorded.
+
+        Its response is lost, so it is judged with no body, by the pure rule
+        (C6): its recorded wait status, or none (UNREAPED: its runner can no
+        longer reap it); a raw-zero status without a complete body is
+        MISSING. The digest is that of the empty body, kept as a document.
+        """
+        attempted = len(helper_outcomes(reading))
+        started = [identity for identity in inventory.identities(reading.records) if identity.role == "helper"]
+        if len(started) <= attempted:
+            return False
+        interrupted = started[attempted]
+        outcome, _ = attempts.classify(attempts.Observation(interrupted.wait_status, b"", False), stage_id=self.stage_id)
+        digest = documents.keep(self.documents_fd, b"", shown=f"{self.stage_path}/{documents.DOCUMENTS}")
+        self.writer.helper_attempt(attempted + 1, digest, outcome)
+        return True
+
     def _keep(self, value: object) -> str:
         data, _ = documents.encode(value)
         return documents.keep(self.documents_fd, data, shown=f"{self.stage_path}/{documents.DOCUMENTS}")
@@ -126,27 +139,32 @@ class Cleaner:
         with self.root.lease(self.uid, wait_seconds=self.lease_seconds):
             reading = read_own_journal(self.stage_fd, self.stage_id, head)
             _, preceding = self._process_inventory(reading)
+            if self._settle_interrupted(reading):
+                reading = read_own_journal(self.stage_fd, self.stage_id, self.writer.head)
             outcomes = helper_outcomes(reading)
             runner = attempts.HelperRunner(
                 self.writer, documents_fd=self.documents_fd, shown=f"{self.stage_path}/{documents.DOCUMENTS}",
                 reaper=self.reaper, timing=self.timing, command=self.command, hook=self.hook,
             )
             previous = outcomes[-1] if outcomes else None
+            recorded = inventory.identities(reading.records)
+            request = Request(
+                stage_id=self.stage_id,
+                state_root=self.root.path,
+                area=self.area,
+                uid=self.uid,
+                gid=self.gid,
+                mounts=tuple(host_mounts(reading, self.stage_path)),
+                identities=tuple((identity.pid, identity.starttime) for identity in recorded if identity.wait_status is None),
+                budget_ms=max(1, int(self.timing.response_seconds * 500)),
+            )
             if len(outcomes) < attempts.MAX_ATTEMPTS and (previous is None or attempts.may_follow(previous)):
-                recorded = inventory.identities(reading.records)
-                request = Request(
-                    stage_id=self.stage_id,
-                    state_root=self.root.path,
-                    area=self.area,
-                    uid=self.uid,
-                    gid=self.gid,
-                    mounts=tuple(host_mounts(reading, self.stage_path)),
-                    identities=tuple((identity.pid, identity.starttime) for identity in recorded if identity.wait_status is None),
-                    budget_ms=max(1, int(self.timing.response_seconds * 500)),
-                )
                 done = runner.run(request, first=len(outcomes) + 1, previous=previous)
             else:
+                # Retry has ended (C6): no helper may run, so the cleanup writer removes what is left itself,
+                # in this process, and claims nothing from it: progress stays zero.
                 done = []
+                remove_and_prove(request)
             runner.reap_late(LATE_REAP_SECONDS if runner.unreaped else 0)
             progress = attempts.projection(done)
             reading = read_own_journal(self.stage_fd, self.stage_id, self.writer.head)
@@ -155,24 +173,27 @@ class Cleaner:
             mount_digest = self._keep(mounts)
         proved = progress.accepted and progress.remaining_processes == 0 and progress.remaining_mounts == 0
         proved = proved and done[-1].outcome == "CLEANED" and not inventory.residue(processes) and not mounts["under_stage"]
-        identities = inventory.identities(reading.records)
-        privileged = tuple(identity.wait_status for identity in identities if identity.role in inventory.PRIVILEGED_ROLES)
-        inputs = fold.Outcomes(
-            journal=Verdict.VALID,
-            helper=helper_outcomes(reading),
-            privileged_statuses=privileged,
-            outer_absent=tuple(absent for _, _, absent in self.outer) + self._unclaimed(identities),
-            cleanup="CLEANED" if proved else "UNVERIFIED",
-            ending=self.ending,
-        )
-        diagnostic = fold.diagnostic(inputs)
+        diagnostic = journal_diagnostic(reading, self.ending, proved, self.outer)
         outcome = "CLEANED" if fold.verified(diagnostic) else "UNVERIFIED"
         before = self.writer.head
         head = self.writer.cleanup_evidence(outcome, before, process_digest, mount_digest, preceding)
         return Result(outcome, diagnostic, head, preceding, process_digest, mount_digest, progress)
 
-    def _unclaimed(self, identities: list[inventory.Identity]) -> tuple[bool, ...]:
-        """One False per sandbox the journal knows whose outer group this cleaner has no claim about (C3)."""
-        claimed = {sandbox for sandbox, _, _ in self.outer}
-        sandboxes = {inventory.sandbox_of(identity.op_id) for identity in identities} - {None}
-        return tuple(False for sandbox in sandboxes - claimed)
+
+def journal_diagnostic(reading: Reading, ending: str, proved: bool, outer: list = ()) -> str:
+    """The fold (C7) of a VALID journal's outcomes, the physical proof, the outer claims and how the session ended.
+
+    A sandbox the journal knows without a claim in ``outer`` counts as an
+    outer group not proved absent: only its runner could have claimed it (C3).
+    """
+    identities = inventory.identities(reading.records)
+    claimed = {sandbox for sandbox, _, _ in outer}
+    unclaimed = {inventory.sandbox_of(identity.op_id) for identity in identities} - {None} - claimed
+    return fold.diagnostic(fold.Outcomes(
+        journal=Verdict.VALID,
+        helper=helper_outcomes(reading),
+        privileged_statuses=tuple(identity.wait_status for identity in identities if identity.role in inventory.PRIVILEGED_ROLES),
+        outer_absent=tuple(absent for _, _, absent in outer) + (False,) * len(unclaimed),
+        cleanup="CLEANED" if proved else "UNVERIFIED",
+        ending=ending,
+    ))

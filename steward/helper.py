@@ -31,7 +31,7 @@ import time
 
 from journal import strictjson
 from journal.closed import ClosedObject
-from journal.format import ID
+from journal.format import pop_id
 from steward import inventory, procfs
 
 REQUEST_VERSION = "casebox.helper-request.v1"
@@ -74,7 +74,7 @@ class Request:
     def decode(cls, data: bytes) -> "Request":
         fields = ClosedObject(strictjson.loads(data, max_bytes=REQUEST_CAP))
         fields.pop_const("version", REQUEST_VERSION)
-        stage_id = fields.pop_str("stage_id", max_bytes=64, pattern=ID, rule="must be an id")
+        stage_id = pop_id(fields, "stage_id")
         state_root = fields.pop_str("state_root", max_bytes=4_096)
         area = fields.pop_str("area", max_bytes=16)
         if area not in ("stages", "tombstones") or not state_root.startswith("/"):

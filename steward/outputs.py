@@ -21,11 +21,9 @@ later sandboxes read-only, and as a read-only descriptor to the client.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import hashlib
 import os
-import re
 import stat
 
 from journal.errors import Refused
@@ -33,7 +31,6 @@ from launcher import syscalls as sc
 
 LIVE = "live"
 OUTPUTS = "outputs"
-NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}\Z")
 INVENTORY_VERSION = "casebox.output-inventory.v1"
 MAX_ENTRIES = 8_000
 MAX_DEPTH = 32
@@ -42,23 +39,6 @@ DIRECTORY_MODE = 0o555
 _UMOUNT_NOFOLLOW = 0x8
 _CHUNK = 1 << 20
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-@dataclasses.dataclass(frozen=True)
-class Sealed:
-    """A sealed output: its inventory digest (``sha256:`` + hex), counts and total bytes."""
-
-    name: str
-    inventory_digest: str
-    files: int
-    directories: int
-    bytes: int
-
-
-def check_name(name: object, where: str) -> str:
-    if type(name) is not str or not NAME.match(name):
-        raise Refused(where, "must be an output name: 1 to 40 of a-z 0-9 _ -, starting with a letter or digit")
-    return name
 
 
 def mount_ops(name: str) -> tuple[str, str]:

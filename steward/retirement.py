@@ -31,7 +31,6 @@ not match its journal, a symlink or a foreign owner.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import fcntl
 import os
 import re
@@ -39,13 +38,15 @@ import stat
 
 from journal.createonly import publish_once
 from journal.errors import Refused
-from journal.files import JOURNAL_NAME, read_stored
+from journal.files import JOURNAL_NAME, read_evidence
+from journal.format import CAP
 from journal.format import Kind
 from journal.reader import Reading, Verdict, read_journal
 from journal.seal import NAME as SEAL_NAME
 from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
 from launcher import syscalls as sc
-from steward.stateroot import STAGES, TOMBSTONES, StateRoot, check_root_owned
+from steward import inventory
+from steward.stateroot import STAGES, TOMBSTONES, StateRoot
 
 ACTIVE, INTENT, RENAMED, RETIRED, SEALED, PRESERVED = "ACTIVE", "INTENT", "RENAMED", "RETIRED", "SEALED", "PRESERVED"
 STATES = (ACTIVE, INTENT, RENAMED, RETIRED, SEALED)
@@ -85,6 +86,7 @@ def _pass(hook, point: str) -> None:
 
 def rename(root: StateRoot, stage_id: str, hook=None) -> None:
     """Step 2: stages/<id> becomes tombstones/<id>, never over an existing one; both parents fsynced."""
+    require_unmounted(root, stage_id)
     _pass(hook, BEFORE_RENAME)
     try:
         sc.renameat2(root.area(STAGES), stage_id, root.area(TOMBSTONES), stage_id, sc.RENAME_NOREPLACE)
@@ -101,8 +103,17 @@ def fsync_parents(root: StateRoot, hook=None) -> None:
     _pass(hook, AFTER_STAGES_FSYNC)
 
 
+def require_unmounted(root: StateRoot, stage_id: str) -> None:
+    """Nothing may be mounted at or under a stage that is renamed: the mount would move into the tombstone."""
+    stage = root.path_of(STAGES, stage_id)
+    mounted = inventory.mount_document(inventory.read_mountinfo(), root.path, stage)["under_stage"]
+    if mounted:
+        raise Refused(stage, f"still has {mounted[0]['mount_point']} mounted under it; a stage is retired only once nothing is")
+
+
 def retire(root: StateRoot, stage_id: str, writer, text: str, hook=None) -> str:
     """Steps 1 to 3 from ACTIVE; the final head (after RETIRED)."""
+    require_unmounted(root, stage_id)
     writer.retirement_intent(text)
     _pass(hook, AFTER_RETIREMENT_INTENT)
     rename(root, stage_id, hook)
@@ -169,27 +180,20 @@ class Assessment:
 
 
 def _read_entry(directory_fd: int, name: str, cap: int, shown: str) -> bytes | None:
-    """The bytes of a regular file in a directory, or None when it is absent; a symlink or foreign owner is refused."""
+    """The bytes of a root-owned regular file in a directory, or None when it is absent (F3)."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory_fd)
+        info = os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise Refused(shown, "is a symlink") from None
-        raise
+    if info.st_uid != 0:
+        raise Refused(shown, f"is owned by uid {info.st_uid}; everything in the state root is owned by root")
     try:
-        info = check_root_owned(fd, shown)
-        if not stat.S_ISREG(info.st_mode):
-            raise Refused(shown, "is not a regular file")
-        if name == JOURNAL_NAME:
-            return read_stored(fd)
-        data = os.read(fd, cap + 1)
-        if len(data) > cap:
-            raise Refused(shown, f"is larger than its {cap}-byte cap")
-        return data
-    finally:
-        os.close(fd)
+        data = read_evidence(directory_fd, name, cap)
+    except Refused as refusal:
+        raise Refused(shown, refusal.rule) from None
+    if data is not None and len(data) > cap:
+        raise Refused(shown, f"is larger than its {cap}-byte cap")
+    return data
 
 
 def journal_in_use(directory_fd: int) -> bool:
@@ -221,7 +225,7 @@ def assess(root: StateRoot, stage_id: str) -> Assessment:
     if in_stages and in_tombstones:
         return Assessment(stage_id, "both", PRESERVED, "", "both stages/ and tombstones/ hold it; nothing is changed until an operator decides")
     if not in_stages and not in_tombstones:
-        return Assessment(stage_id, "none", PRESERVED, Verdict.MISSING, "neither stages/ nor tombstones/ holds it")
+        return Assessment(stage_id, "none", PRESERVED, "MISSING", "neither stages/ nor tombstones/ holds it")
     area = STAGES if in_stages else TOMBSTONES
     location = "stage" if in_stages else "tombstone"
     try:
@@ -232,7 +236,7 @@ def assess(root: StateRoot, stage_id: str) -> Assessment:
         shown = root.path_of(area, stage_id)
         in_use = journal_in_use(fd)
         try:
-            data = _read_entry(fd, JOURNAL_NAME, 0, f"{shown}/{JOURNAL_NAME}")
+            data = _read_entry(fd, JOURNAL_NAME, CAP + 1, f"{shown}/{JOURNAL_NAME}")
             marker_bytes = None if in_stages else _read_entry(fd, SEAL_NAME, SEAL_MAX_BYTES, f"{shown}/{SEAL_NAME}")
         except Refused as refusal:
             return Assessment(stage_id, location, PRESERVED, "", refusal.sentence(), in_use=in_use)
@@ -252,10 +256,10 @@ def assess(root: StateRoot, stage_id: str) -> Assessment:
     )
     if reading.verdict is not Verdict.VALID:
         why = f"its journal is {reading.verdict} ({reading.reason}); only a VALID journal authorizes cleanup (J4)"
-        return Assessment(stage_id, location, PRESERVED, reading.verdict, why, reading, marker, in_use)
+        return Assessment(stage_id, location, PRESERVED, str(reading.verdict), why, reading, marker, in_use)
     last = reading.records[-1].kind
     if marker is not None and (last is not Kind.RETIRED or marker.attempt_id != reading.genesis["attempt_id"]):
-        return Assessment(stage_id, location, PRESERVED, reading.verdict, "its seal marker does not match its journal", reading, marker)
+        return Assessment(stage_id, location, PRESERVED, "VALID", "its seal marker does not match its journal", reading, marker)
     if in_stages:
         if last is Kind.RETIRED:
             state, why = PRESERVED, "its journal says RETIRED but it was never renamed into tombstones/"
@@ -269,4 +273,4 @@ def assess(root: StateRoot, stage_id: str) -> Assessment:
         state, why = (SEALED, "sealed; nothing is left to do") if marker else (RETIRED, "retired; sealing is next")
     else:
         state, why = PRESERVED, "a tombstone whose journal holds no retirement intent"
-    return Assessment(stage_id, location, state, reading.verdict, why, reading, marker, in_use)
+    return Assessment(stage_id, location, state, "VALID", why, reading, marker, in_use)

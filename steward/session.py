@@ -30,9 +30,8 @@ from typing import Callable, Sequence
 
 from journal.createonly import publish_once
 from journal.errors import Refused
-from journal.files import JOURNAL_NAME, read_stored
-from journal.format import ID
-from journal.reader import Verdict, read_journal
+from journal.files import JOURNAL_NAME, read_evidence
+from journal.format import CAP, ID
 from journal.seal import NAME as SEAL_NAME
 from journal.writer import JournalWriter
 from steward import api, attempts, cleanup, dedicated, documents, outputs, procfs, retirement
@@ -176,6 +175,12 @@ class Steward:
     def close(self) -> None:
         self.root.close()
 
+    def __enter__(self) -> "Steward":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class Session:
     """One stage. Not thread-safe: one caller drives it, one call at a time."""
@@ -258,7 +263,7 @@ class Session:
     def create_output(self, name: str, *, max_bytes: int = DEFAULT_OUTPUT_BYTES, max_inodes: int = DEFAULT_OUTPUT_INODES) -> None:
         """A writable output the next sandbox fills at /out/NAME: a capped tmpfs in the stage (J1 for its mount)."""
         self._usable()
-        outputs.check_name(name, "output name")
+        api.check_name(name, "output name")
         if name in self.capabilities or name in self.live or name in self.sealed:
             raise Refused(f"output {name}", "is a name this session already uses")
         if not (api.MIB <= max_bytes <= MAX_OUTPUT_BYTES and 16 <= max_inodes <= 1_000_000):
@@ -393,32 +398,21 @@ class Session:
         stderr_cap: int,
     ) -> api.OpOutcome:
         """Run one op in the open sandbox; its identity is durable before it is released (J1)."""
-        from steward.starter import OpNotStarted
-
         self._usable()
         if self.sandbox is None:
             raise Refused("op", "needs an open sandbox; start one first")
         sandbox = self.sandbox
         try:
-            result = sandbox.run(list(argv), env=dict(env), cwd=cwd, timeout_ms=timeout_ms, stdout_cap=stdout_cap, stderr_cap=stderr_cap)
+            observation = sandbox.run(
+                list(argv), env=dict(env), cwd=cwd, timeout_ms=timeout_ms, stdout_cap=stdout_cap, stderr_cap=stderr_cap
+            )
         except SandboxFailure:
             self._closed_sandbox()
             raise
-        pid, starttime, pgid = self.ledger.identities[result.op_id]
-        common = dict(
-            sandbox=sandbox.id, op_id=result.op_id, pid=pid, starttime=starttime, pgid=pgid,
-            wait_status=result.wait_status, descendants_reaped=result.descendants_reaped,
-            terminal_head=self.ledger.terminal_heads[result.op_id], head=self.ledger.head,
-        )
-        if isinstance(result, OpNotStarted):
-            return api.OpOutcome(
-                **common, started=False, limit=None, wall_ms=None, cpu_ms=None, max_rss_kib=None, stdout=b"", stderr=b"",
-                stdout_truncated=False, stderr_truncated=False, step=result.step, errno=result.errno,
-            )
+        pid, starttime, pgid = self.ledger.identities[observation.op_id]
         return api.OpOutcome(
-            **common, started=True, limit=result.limit, wall_ms=result.wall_ms, cpu_ms=result.cpu_ms,
-            max_rss_kib=result.max_rss_kib, stdout=result.stdout, stderr=result.stderr,
-            stdout_truncated=result.stdout_truncated, stderr_truncated=result.stderr_truncated, step=None, errno=None,
+            sandbox=sandbox.id, op_id=observation.op_id, pid=pid, starttime=starttime, pgid=pgid, observation=observation,
+            terminal_head=self.ledger.terminal_heads[observation.op_id], head=self.ledger.head,
         )
 
     def close_sandbox(self) -> str:
@@ -501,9 +495,7 @@ class Session:
             ).clean()
             text = retirement.note(ending, result.diagnostic)
             head = retirement.retire(self.root, self.stage_id, self.ledger, text, self.hook)
-            reading = read_journal(self._tombstone_journal(), expect_stage_id=self.stage_id, expect_head=head)
-            if reading.verdict is not Verdict.VALID:
-                raise Refused("journal", f"is {reading.verdict} after retirement ({reading.reason}); the tombstone is not sealed")
+            reading = cleanup.read_own_journal(self.stage_fd, self.stage_id, head)
             self.writer.close()
             retirement.seal(self.root, self.stage_id, retirement.marker_for(reading), self.hook)
         finally:
@@ -513,13 +505,6 @@ class Session:
             tombstone=self.root.path_of(TOMBSTONES, self.stage_id), cleanup=result.outcome,
             diagnostic=result.diagnostic, exported=(),
         )
-
-    def _tombstone_journal(self) -> bytes:
-        fd = os.open(JOURNAL_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.stage_fd)
-        try:
-            return read_stored(fd)
-        finally:
-            os.close(fd)
 
     def _release(self) -> None:
         """Close every descriptor the session owns, each exactly once."""
@@ -551,8 +536,8 @@ class Session:
 
 
 def _read_file(directory_fd: int, name: str) -> bytes:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory_fd)
-    try:
-        return read_stored(fd) if name == JOURNAL_NAME else os.read(fd, api.MAX_EVIDENCE_BYTES + 1)
-    finally:
-        os.close(fd)
+    """A file of the sealed tombstone, whole (the journal up to its cap, evidence up to its own)."""
+    data = read_evidence(directory_fd, name, CAP if name == JOURNAL_NAME else api.MAX_EVIDENCE_BYTES)
+    if data is None:
+        raise Refused(name, "is missing from the tombstone")
+    return data

@@ -32,7 +32,7 @@ import subprocess
 from launcher import drop, limits, protocol
 from launcher.protocol import Channel, ProtocolError
 from steward import cgroups, dedicated, procfs, provision
-from steward.api import Limits
+from steward.api import Limits, OpNotStarted, OpResult
 from steward.failure import SandboxFailure
 from steward.ledger import IntentLedger
 from steward.runtime import open_runtime
@@ -56,42 +56,6 @@ class Spec:
     capabilities: tuple[tuple[str, int], ...] = ()
     limits: Limits = Limits()
     outputs: tuple[tuple[str, int], ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class OpResult:
-    """An op that ran: its raw wait status and what pid 1 and the cgroup observed."""
-
-    limit: str
-    wait_status: int
-    descendants_reaped: int
-    wall_ms: int
-    cpu_ms: int
-    max_rss_kib: int
-    stdout: bytes
-    stderr: bytes
-    stdout_truncated: bool
-    stderr_truncated: bool
-    op_id: str = ""
-
-    @property
-    def exit_code(self) -> int | None:
-        return os.WEXITSTATUS(self.wait_status) if os.WIFEXITED(self.wait_status) else None
-
-    @property
-    def signal(self) -> int | None:
-        return os.WTERMSIG(self.wait_status) if os.WIFSIGNALED(self.wait_status) else None
-
-
-@dataclasses.dataclass(frozen=True)
-class OpNotStarted:
-    """An op whose child failed before exec: the failing step and errno; it has no exit code."""
-
-    step: str
-    errno: int
-    wait_status: int
-    descendants_reaped: int
-    op_id: str = ""
 
 
 def _reap(pid: int, seconds: float) -> int:

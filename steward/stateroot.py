@@ -111,16 +111,20 @@ class StateRoot:
         self._areas = areas
 
     @classmethod
-    def open(cls, path: str) -> "StateRoot":
-        """Open (creating when missing) the state root at the absolute ``path`` and its areas, after every check."""
+    def open(cls, path: str, *, create: bool = True) -> "StateRoot":
+        """Open the state root at the absolute ``path`` and its areas, after every check.
+
+        With ``create`` a missing root or area is made (root-owned, 0700);
+        without it a missing root is refused.
+        """
         if not path.startswith("/") or os.path.normpath(path) != path or path == "/":
             raise Refused(path, "the state root must be a normalized absolute path other than /")
-        parent, name = os.path.split(path)
-        os.makedirs(parent, mode=0o755, exist_ok=True)
-        try:
-            os.mkdir(path, DIRECTORY_MODE)
-        except FileExistsError:
-            pass
+        if create:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            try:
+                os.mkdir(path, DIRECTORY_MODE)
+            except FileExistsError:
+                pass
         try:
             fd = os.open(path, DIRECTORY_FLAGS)
         except OSError as error:

@@ -18,9 +18,20 @@ from steward.starter import OpResult, Sandbox, Spec
 PYTHON = "/usr/bin/python3"
 
 
-def mount_table() -> list[str]:
-    """The host's mounts, without the ids that change when unrelated mounts come and go."""
-    return sorted(line.split(" ", 4)[4] for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines())
+def mount_table(own: str = "/") -> list[str]:
+    """The host's mounts, without the ids that change when unrelated mounts come and go.
+
+    Steward output mounts (source ``casebox-output``) outside ``own`` belong to
+    other sessions on this machine (another developer's suite) and are left out.
+    """
+    found = []
+    for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split(" ")
+        source = fields[fields.index("-") + 2] if "-" in fields else ""
+        if source == "casebox-output" and not (fields[4] + "/").startswith(own.rstrip("/") + "/"):
+            continue
+        found.append(line.split(" ", 4)[4])
+    return sorted(found)
 
 
 def processes_of(uid: int, gid: int) -> list[int]:
@@ -44,13 +55,15 @@ def _describe(pids: list[int]) -> list[str]:
 
 
 @pytest.fixture
-def contained(sandbox_ids):
+def contained(sandbox_ids, tmp_path_factory):
     """After the test: no process of the dedicated ids remains, and the host mount table is unchanged."""
-    before = mount_table()
+    own = str(tmp_path_factory.getbasetemp())
+    before = mount_table(own)
     yield
     left = processes_of(*sandbox_ids)
     assert left == [], f"processes of the dedicated UID outlived their sandbox: {_describe(left)}"
-    assert mount_table() == before, "the host mount table changed"
+    after = mount_table(own)
+    assert after == before, f"the host mount table changed: gone {sorted(set(before) - set(after))}, new {sorted(set(after) - set(before))}"
 
 
 @pytest.fixture

@@ -207,3 +207,26 @@ def test_segment_rule_refuses_reserved_names(name):
 def test_segment_rule_accepts_other_names(name):
     """F4 control: names that merely resemble the reserved ones pass."""
     assert segment_rule(name, "casebox") is None
+
+
+def test_a_descriptor_someone_else_opened_gets_the_same_checks(tmp_path, state_root):
+    """F4: check_descriptor, what the steward applies to a client's descriptor, refuses what open_capability refuses."""
+    clean = verifier(tmp_path)
+    fd = os.open(clean, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        capability.check_descriptor(fd, "capability tree", state_root=str(state_root))
+    finally:
+        os.close(fd)
+    (clean / "sub" / ".Git").mkdir(parents=True)
+    for target, where, rule in [
+        (clean, "capability tree/sub/.Git", "is a .git segment"),
+        (state_root / "stages", "capability tree", "lies inside the casebox state root"),
+        (clean / "pytest.ini", "capability tree", "must be a directory"),
+    ]:
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            with pytest.raises(Refused) as caught:
+                capability.check_descriptor(fd, "capability tree", state_root=str(state_root))
+        finally:
+            os.close(fd)
+        assert caught.value.where == where and caught.value.rule.startswith(rule), caught.value.sentence()

@@ -193,3 +193,60 @@ def test_abort_carries_the_reason_and_a_closed_peer_is_an_error(pair):
     launcher.sock.close()
     with pytest.raises(ProtocolError, match="closed the channel"):
         starter.receive("READY")
+
+
+OUTPUT_BYTES = bytes.fromhex(
+    "00000015"  # length: 8 + target 13 = 21
+    "00000005"  # seq 5
+    "0025"  # type 37, OUTPUT
+    "0000"
+    "00000009" + b"/out/tree".hex()  # target
+)
+
+
+def test_output_encodes_to_the_documented_bytes():
+    """An output travels like a capability, with its own type: one descriptor, a /out/NAME target."""
+    assert protocol.encode("OUTPUT", 5, {"target": "/out/tree"}) == OUTPUT_BYTES
+    assert protocol.decode(OUTPUT_BYTES) == ("OUTPUT", 5, {"target": "/out/tree"})
+
+
+@pytest.mark.parametrize("message, target, accepted", [
+    ("CAPABILITY", "/usr", True),
+    ("CAPABILITY", "/cap/data", True),
+    ("CAPABILITY", "/out/data", False),
+    ("OUTPUT", "/out/data", True),
+    ("OUTPUT", "/cap/data", False),
+    ("OUTPUT", "/usr", False),
+    ("OUTPUT", "/out/../etc", False),
+    ("OUTPUT", "/out/", False),
+])
+def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_they_belong(pair, message, target, accepted):
+    """S4: a writable tree only at /out/NAME, a read-only one only at /usr or /cap/NAME, each target once."""
+    from launcher import rendezvous
+
+    starter, launcher = pair
+    directory = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        launcher.leaf = lambda name, fds=(), **fields: None
+        for name, fds, fields in [
+            ("SETUP", (), {"digest": b"\x00" * 32, "uid": 7, "gid": 7, "hostname": "h", "tmp_bytes": 1, "work_bytes": 1,
+                           "rlimit_as": 1, "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1}),
+            ("IMPORT_DIR", (directory,), {}),
+            ("INTERPRETER", (directory,), {"path": "/usr/bin/python3"}),
+            (message, (directory,), {"target": target}),
+            ("SETUP_END", (), {}),
+        ]:
+            starter.send(name, fds, **fields)
+        if accepted:
+            setup = rendezvous.receive_setup(launcher, b"\x00" * 32)
+            placed = setup.outputs if message == "OUTPUT" else setup.capabilities
+            assert [known for _, known in placed] == [target]
+            for fd, _ in setup.capabilities + setup.outputs:
+                os.close(fd)
+            os.close(setup.import_dir)
+            os.close(setup.interpreter)
+        else:
+            with pytest.raises(ProtocolError, match=f"target {target!r} is not"):
+                rendezvous.receive_setup(launcher, b"\x00" * 32)
+    finally:
+        os.close(directory)

@@ -10,17 +10,18 @@ import sys
 
 from executor import config as configuration
 from executor.capability import open_capability
-from executor.environ import SANDBOX_ENV, forbidden_variable
+from executor.environ import forbidden_variable
 from executor.frontend import EXIT_OK, InternalFailure
 from journal.errors import Refused
 from journal.strictjson import canonical, decode_lossy
 from launcher.protocol import MAX_OUTPUT_CAP
+from steward.api import MIB, Limits
 from steward.failure import SandboxFailure
 from steward.ledger import RecordingLedger
-from steward.api import MIB, Limits
 from steward.starter import OpNotStarted, Sandbox, Spec
 
 CAPABILITY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
+SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
 DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_OUTPUT_KIB = 64
 

@@ -1,0 +1,170 @@
+"""``casebox stage list|show|recover``: the operator's view of stages and tombstones (docs/operations.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from executor import config as configuration
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, InternalFailure
+from executor.sessions import settings_from
+from journal.errors import Refused
+from journal.format import ID, Kind
+from journal.strictjson import canonical
+
+
+def _id(text: str) -> str:
+    if not ID.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a stage id (1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric)")
+    return text
+
+
+def _config(args: argparse.Namespace) -> configuration.Config:
+    config = configuration.load(args.config).overridden(state_root=args.state_root)
+    if os.geteuid() != 0:
+        raise InternalFailure(f"the state root {config.state_root} is root's (mode 0700); run this with sudo.")
+    return config
+
+
+def describe(assessment) -> dict:
+    """One stage or tombstone as the operator sees it."""
+    from steward import recovery
+
+    reading = assessment.reading
+    cleanup = None
+    if reading is not None:
+        evidence = [record for record in reading.records if record.kind is Kind.CLEANUP_EVIDENCE]
+        cleanup = evidence[-1].fields["outcome"] if evidence else None
+    return {
+        "stage_id": assessment.stage_id,
+        "location": assessment.location,
+        "state": assessment.state,
+        "journal": assessment.verdict or None,
+        "records": len(reading.records) if reading is not None else 0,
+        "head": reading.head if reading is not None else None,
+        "attempt_id": reading.genesis["attempt_id"] if reading is not None and reading.records else None,
+        "cleanup": cleanup,
+        "diagnostic": recovery.diagnostic_of(reading) if reading is not None else None,
+        "sealed_head": assessment.marker.head if assessment.marker is not None else None,
+        "in_use": assessment.in_use,
+        "reason": assessment.reason,
+    }
+
+
+def _open_root(config: configuration.Config):
+    from steward.stateroot import StateRoot
+
+    if not os.path.isdir(config.state_root):
+        return None
+    return StateRoot.open(config.state_root, create=False)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from steward import recovery, retirement
+
+    config = _config(args)
+    root = _open_root(config)
+    rows = []
+    if root is not None:
+        with root:
+            rows = [describe(retirement.assess(root, stage_id)) for stage_id in recovery.stage_ids(root)]
+    if args.json:
+        sys.stdout.buffer.write(canonical(rows) + b"\n")
+        return EXIT_OK
+    if not rows:
+        print(f"casebox stage list: no stage or tombstone in {config.state_root}")
+        return EXIT_OK
+    print(f"{'STAGE':<18} {'WHERE':<10} {'STATE':<10} {'JOURNAL':<12} {'CLEANUP':<11} {'DIAGNOSTIC':<20} ATTEMPT")
+    for row in rows:
+        print(
+            f"{row['stage_id']:<18} {row['location']:<10} {row['state']:<10} {row['journal'] or '-':<12} "
+            f"{row['cleanup'] or '-':<11} {row['diagnostic'] or '-':<20} {row['attempt_id'] or '-'}"
+        )
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    from steward import retirement
+    from steward.stateroot import StateRoot
+
+    config = _config(args)
+    with StateRoot.open(config.state_root, create=False) as root:
+        row = describe(retirement.assess(root, args.stage))
+    if args.json:
+        sys.stdout.buffer.write(canonical(row) + b"\n")
+    else:
+        print(f"stage {row['stage_id']}: {row['state']} ({row['location']})")
+        print(f"  journal: {row['journal'] or 'unreadable'}, {row['records']} records, head {row['head'] or '-'}")
+        print(f"  attempt: {row['attempt_id'] or '-'}")
+        print(f"  cleanup evidence: {row['cleanup'] or 'none'}")
+        print(f"  diagnostic: {row['diagnostic'] or '-'}")
+        if row["sealed_head"]:
+            print(f"  seal marker: head {row['sealed_head']}")
+        if row["in_use"]:
+            print("  in use by a running steward")
+        print(f"  {row['reason']}")
+    return EXIT_OK if row["state"] != "PRESERVED" else EXIT_NOT_OK
+
+
+def _recover(args: argparse.Namespace) -> int:
+    from steward import recovery
+    from steward.stateroot import StateRoot
+
+    if (args.stage is None) == (not args.all):
+        raise Refused("stage recover", "give one stage id or --all")
+    config = _config(args)
+    with StateRoot.open(config.state_root, create=False) as root:
+        work = recovery.Recovery(root, settings_from(config))
+        reports = work.recover_all() if args.all else [work.recover(args.stage)]
+    if args.json:
+        sys.stdout.buffer.write(canonical([report.as_dict() for report in reports]) + b"\n")
+    else:
+        for report in reports:
+            mark = "ok  " if report.ok else "FAIL"
+            diagnostic = f" ({report.diagnostic})" if report.diagnostic else ""
+            print(f"{mark} {report.stage_id}: {report.before} -> {report.after}{diagnostic}: {report.detail}")
+        if not reports:
+            print(f"casebox stage recover: no stage or tombstone in {config.state_root}")
+    return EXIT_OK if all(report.ok for report in reports) else EXIT_NOT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser(
+        "stage", help="list, show and recover stages and tombstones (root)", description="Stages and tombstones (docs/operations.md)."
+    )
+    commands = group.add_subparsers(dest="stage_command", metavar="COMMAND")
+    commands.required = True
+    listing = commands.add_parser(
+        "list",
+        help="every stage and tombstone with its state and journal verdict",
+        description="List every stage and tombstone of the state root: its retirement state (ACTIVE, INTENT, "
+        "RENAMED, RETIRED, SEALED, or PRESERVED), its journal verdict, its cleanup evidence, its diagnostic "
+        "and its attempt. Changes nothing. Exit 0.",
+    )
+    listing.add_argument("--json", action="store_true", help="print one canonical JSON array")
+    show = commands.add_parser(
+        "show",
+        help="one stage or tombstone in detail",
+        description="Show one stage or tombstone: state, journal verdict and head, attempt, cleanup evidence, "
+        "diagnostic, seal marker, and why it is in that state. Changes nothing. Exit 0, or 1 when it is PRESERVED.",
+    )
+    show.add_argument("stage", type=_id, metavar="ID", help="a stage or tombstone id (as stage list shows it)")
+    show.add_argument("--json", action="store_true", help="print one canonical JSON object")
+    recover = commands.add_parser(
+        "recover",
+        help="drive stages to sealed tombstones, or say why each is preserved",
+        description="Drive one stage (ID) or every stage (--all) to a sealed tombstone: cleanup proof, "
+        "retirement, seal, each step only if still needed, so running it twice is safe. A stage whose journal "
+        "is missing, torn, corrupt, substituted or over the cap is preserved untouched (only its processes and "
+        "mounts on the host are removed). A stage a running steward holds is left alone. Exit 0 when every "
+        "stage is sealed or deliberately preserved, 1 otherwise.",
+    )
+    recover.add_argument("stage", type=_id, nargs="?", metavar="ID", help="one stage or tombstone id (as stage list shows it)")
+    recover.add_argument("--all", action="store_true", help="every stage and tombstone")
+    recover.add_argument("--json", action="store_true", help="print one canonical JSON array of reports")
+    for command in (listing, show, recover):
+        command.add_argument("--state-root", metavar="DIR", help="the state root (default: configuration)")
+    listing.set_defaults(handler=_list)
+    show.set_defaults(handler=_show)
+    recover.set_defaults(handler=_recover)

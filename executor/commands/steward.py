@@ -1,0 +1,39 @@
+"""``casebox steward serve``: the root daemon (docs/steward-protocol.md, docs/operations.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from executor import config as configuration
+from executor.sessions import steward_for
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from steward import server
+
+    config = configuration.load(args.config).overridden(socket=args.socket, state_root=args.state_root)
+    steward = steward_for(config)
+    try:
+        return server.serve(steward, socket_path=config.socket, client_uids=config.client_uids)
+    finally:
+        steward.close()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser(
+        "steward", help="the root daemon that runs sessions (root)", description="The steward daemon (docs/steward-protocol.md)."
+    )
+    commands = group.add_subparsers(dest="steward_command", metavar="COMMAND")
+    commands.required = True
+    serve = commands.add_parser(
+        "serve",
+        help="serve steward sessions on a Unix socket until SIGTERM",
+        description="As root: listen on the socket (mode 0660 with group casebox when that group exists, else 0600, "
+        "root only), authenticate each client with SO_PEERCRED against client_uids, and serve one session per "
+        "connection: stages, sandboxes, outputs, cleanup proof, retirement into sealed tombstones. A client that "
+        "disconnects before CLOSE has its session cleaned up and retired as UNVERIFIED. Refusals are logged on "
+        "stderr. Sends READY=1 to NOTIFY_SOCKET when set. SIGTERM or SIGINT stops it (exit 0).",
+    )
+    serve.add_argument("--socket", metavar="PATH", help="the socket to listen on (default: configuration)")
+    serve.add_argument("--state-root", metavar="DIR", help="the state root (default: configuration)")
+    serve.set_defaults(handler=_serve)

@@ -1,0 +1,167 @@
+"""The steward's client: the session API over the daemon's socket (docs/steward-protocol.md).
+
+:class:`RemoteSession` has exactly the methods and return values of
+:class:`steward.session.Session`; its requests are the protocol's one
+encoder. A REFUSED reply raises ``Refused``, FAILED raises
+``SandboxFailure``; anything that breaks the protocol raises ``WireError``.
+This module is light (the standard library and journal/), for unprivileged
+callers.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import os
+import socket
+from typing import Sequence
+
+from journal.closed import ClosedObject
+from journal.errors import Refused
+from steward import api
+from steward.failure import SandboxFailure
+from steward.wire import CLIENT, Endpoint, WireError
+
+
+class Unreachable(Exception):
+    """No steward answers on the socket."""
+
+
+class RemoteSession:
+    """One session served by the daemon; the same calls as an in-process Session."""
+
+    def __init__(self, endpoint: Endpoint, opened: api.Opened) -> None:
+        self._endpoint = endpoint
+        self._opened = opened
+        self.stage_id = opened.stage_id
+        self.journal_id = opened.journal_id
+        self.attempt_id = opened.attempt_id
+        self.ended = False
+
+    def info(self) -> api.Opened:
+        return self._opened
+
+    def _call(self, kind: str, body: dict, *, fds: tuple[int, ...] = (), expect_fd: bool = False) -> tuple[ClosedObject, list[int]]:
+        if self.ended:
+            raise Refused("session", "is already closed")
+        return _call(self._endpoint, kind, body, fds=fds, expect_fd=expect_fd)
+
+    def add_capability(self, name: str, fd: int) -> None:
+        """Send the capability; like the in-process call, this takes ownership of ``fd`` (it is closed here)."""
+        try:
+            fields, _ = self._call("CAPABILITY", {"name": name}, fds=(fd,))
+        finally:
+            os.close(fd)
+        fields.done()
+
+    def create_output(self, name: str, *, max_bytes: int = 256 * api.MIB, max_inodes: int = 16_384) -> None:
+        fields, _ = self._call("OUTPUT", {"name": name, "max_bytes": max_bytes, "max_inodes": max_inodes})
+        fields.done()
+
+    def start_sandbox(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: api.Limits = api.Limits()) -> api.Ready:
+        fields, _ = self._call("START", {"read": list(read), "write": list(write), "limits": limits.to_wire()})
+        return api.Ready.from_wire(fields)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: str = "/work",
+        timeout_ms: int,
+        stdout_cap: int,
+        stderr_cap: int,
+    ) -> api.OpOutcome:
+        fields, _ = self._call("RUN", {
+            "argv": list(argv), "env": dict(env), "cwd": cwd, "timeout_ms": timeout_ms,
+            "stdout_cap": stdout_cap, "stderr_cap": stderr_cap,
+        })
+        return api.OpOutcome.from_wire(fields)
+
+    def close_sandbox(self) -> str:
+        fields, _ = self._call("STOP", {})
+        head = fields.pop_sha256("head")
+        fields.done()
+        return head
+
+    def seal_output(self, name: str) -> api.Sealed:
+        fields, _ = self._call("SEAL", {"name": name})
+        return api.Sealed.from_wire(fields)
+
+    def open_output(self, name: str) -> int:
+        fields, fds = self._call("OPEN_OUTPUT", {"name": name}, expect_fd=True)
+        fields.done()
+        return fds[0]
+
+    def publish(self, name: str, data: bytes) -> None:
+        fields, _ = self._call("PUBLISH", {"name": name, "data": base64.b64encode(data).decode("ascii")})
+        fields.done()
+
+    def close(self, evidence_fd: int | None = None) -> api.Closed:
+        fields, _ = self._call("CLOSE", {}, fds=() if evidence_fd is None else (evidence_fd,))
+        closed = api.Closed.from_wire(fields)
+        self.ended = True
+        self._endpoint.sock.close()
+        return closed
+
+    def abandon(self) -> None:
+        """Go away without CLOSE: the daemon cleans up and retires the stage as UNVERIFIED."""
+        self.ended = True
+        self._endpoint.sock.close()
+
+
+def _call(endpoint: Endpoint, kind: str, body: dict, *, fds: tuple[int, ...] = (), expect_fd: bool = False):
+    seq = endpoint.send(kind, body, fds=fds)
+    reply = endpoint.receive()
+    try:
+        if reply.re != seq:
+            raise WireError(f"the reply names request {reply.re}, not {seq}")
+        fields = ClosedObject(reply.body, "$.body")
+        if reply.type == "REFUSED":
+            where, rule = fields.pop_str("where", max_bytes=4_096), fields.pop_str("rule", max_bytes=4_096)
+            fields.done()
+            raise Refused(where, rule)
+        if reply.type == "FAILED":
+            reason = fields.pop_str("reason", max_bytes=8_192)
+            fields.pop_bool("open")
+            fields.done()
+            raise SandboxFailure(reason)
+        if len(reply.fds) != (1 if expect_fd else 0):
+            raise WireError(f"the reply to {kind} carried {len(reply.fds)} descriptors")
+    except BaseException:
+        reply.close_fds()
+        raise
+    return fields, reply.fds
+
+
+class Connection:
+    """A connection to the daemon, before its session is opened."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._endpoint = Endpoint(sock, CLIENT)
+
+    def open_session(self, attempt_id: str) -> RemoteSession:
+        try:
+            fields, _ = _call(self._endpoint, "OPEN", {"attempt_id": attempt_id})
+        except BaseException:
+            self._endpoint.sock.close()
+            raise
+        return RemoteSession(self._endpoint, api.Opened.from_wire(fields))
+
+    def close(self) -> None:
+        self._endpoint.sock.close()
+
+
+def connect(socket_path: str) -> Connection:
+    """A connection to the daemon at ``socket_path``; Unreachable when no steward listens there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(socket_path)
+    except OSError as error:
+        sock.close()
+        if error.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR):
+            raise Unreachable(f"no steward listens on {socket_path}") from None
+        if error.errno == errno.EACCES:
+            raise Refused(socket_path, "is not accessible to this user (the socket is root only or group casebox)") from None
+        raise
+    return Connection(sock)

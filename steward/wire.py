@@ -1,0 +1,155 @@
+"""The steward protocol's messages (docs/steward-protocol.md, "The wire protocol"): one encoder, one decoder.
+
+A message is one SOCK_SEQPACKET datagram: a big-endian u32 length, then a
+closed canonical JSON object ``{"seq", "type", "body"}`` (``re`` too in a
+reply). The receiver refuses anything else and the connection ends: a body
+that is not exactly its canonical encoding, an unknown type or field, a
+number out of sequence, a wrong number of descriptors, a truncated datagram.
+Descriptors cross only as SCM_RIGHTS and are received close-on-exec.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import os
+import socket
+import struct
+
+from journal import strictjson
+from journal.closed import ClosedObject
+from journal.errors import Refused
+
+MAX_MESSAGE = 1 << 20
+SOCKET_BUFFER = 4 << 20
+_LENGTH = struct.Struct(">I")
+_UCRED = struct.Struct("iII")
+MAX_FDS = 1
+
+CLIENT, STEWARD = "client", "steward"
+# request type: the descriptor counts it may carry
+REQUESTS = {
+    "OPEN": (0,),
+    "CAPABILITY": (1,),
+    "OUTPUT": (0,),
+    "START": (0,),
+    "RUN": (0,),
+    "STOP": (0,),
+    "SEAL": (0,),
+    "OPEN_OUTPUT": (0,),
+    "PUBLISH": (0,),
+    "CLOSE": (0, 1),
+}
+# reply type: the descriptor counts it may carry (only OK to OPEN_OUTPUT carries one)
+REPLIES = {"OK": (0, 1), "REFUSED": (0,), "FAILED": (0,)}
+
+
+class WireError(Exception):
+    """The peer broke the protocol or the connection failed; the connection ends."""
+
+
+@dataclasses.dataclass
+class Message:
+    type: str
+    seq: int
+    re: int | None
+    body: dict
+    fds: list[int]
+
+    def close_fds(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def encode(seq: int, kind: str, body: dict, re: int | None = None) -> bytes:
+    value = {"seq": seq, "type": kind, "body": body}
+    if re is not None:
+        value["re"] = re
+    data = strictjson.canonical(value)
+    if len(data) + _LENGTH.size > MAX_MESSAGE:
+        raise WireError(f"{kind} is larger than {MAX_MESSAGE} bytes")
+    return _LENGTH.pack(len(data)) + data
+
+
+def decode(data: bytes, *, reply: bool) -> tuple[int, str, int | None, dict]:
+    """(seq, type, re, body) of one datagram; WireError for anything the encoder would not write."""
+    if len(data) < _LENGTH.size or _LENGTH.unpack_from(data)[0] != len(data) - _LENGTH.size:
+        raise WireError("a message's length prefix does not match its size")
+    raw = data[_LENGTH.size:]
+    try:
+        value = strictjson.loads(raw, max_bytes=MAX_MESSAGE)
+        if strictjson.canonical(value) != raw:
+            raise WireError("a message is not in canonical JSON form")
+        fields = ClosedObject(value)
+        seq = fields.pop_int("seq", low=0, high=strictjson.MAX_SAFE_INTEGER)
+        kind = fields.pop_str("type", max_bytes=32)
+        re = fields.pop_int("re", low=0, high=strictjson.MAX_SAFE_INTEGER) if reply else None
+        body = fields.pop_object("body")
+        fields.done()
+    except Refused as refusal:
+        raise WireError(f"a message is refused: {refusal.sentence()}") from None
+    if kind not in (REPLIES if reply else REQUESTS):
+        raise WireError(f"unknown {'reply' if reply else 'request'} type {kind!r}")
+    return seq, kind, re, value["body"]
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the connected peer (SO_PEERCRED)."""
+    return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+
+
+class Endpoint:
+    """One side of a connection: numbering, descriptor counts and the envelope checks."""
+
+    def __init__(self, sock: socket.socket, me: str) -> None:
+        self.sock = sock
+        self.me = me
+        self.send_seq = 0
+        self.recv_seq = 0
+
+    def send(self, kind: str, body: dict, *, fds: tuple[int, ...] = (), re: int | None = None) -> int:
+        seq = self.send_seq
+        data = encode(seq, kind, body, re)
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
+        try:
+            sent = self.sock.sendmsg([data], ancillary)
+        except OSError as error:
+            raise WireError(f"sending {kind} failed: {error.strerror}") from None
+        if sent != len(data):
+            raise WireError(f"{kind} was sent short")
+        self.send_seq += 1
+        return seq
+
+    def receive(self) -> Message:
+        """The next message; its descriptors are the caller's to close (they are closed here if it is refused)."""
+        reply = self.me == CLIENT
+        try:
+            data, ancillary, flags, _ = self.sock.recvmsg(
+                MAX_MESSAGE + 1, socket.CMSG_SPACE(4 * (MAX_FDS + 1)), socket.MSG_CMSG_CLOEXEC
+            )
+        except OSError as error:
+            raise WireError(f"receiving failed: {error.strerror}") from None
+        fds: list[int] = []
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                carried = array.array("i")
+                carried.frombytes(payload[: len(payload) - len(payload) % carried.itemsize])
+                fds.extend(carried)
+        try:
+            if not data:
+                raise WireError("the peer closed the connection")
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise WireError("a message or its descriptors were truncated")
+            seq, kind, re, body = decode(data, reply=reply)
+            if seq != self.recv_seq:
+                raise WireError(f"{kind} is numbered {seq}, expected {self.recv_seq} (replayed or out of order)")
+            allowed = (REPLIES if reply else REQUESTS)[kind]
+            if len(fds) not in allowed:
+                raise WireError(f"{kind} carried {len(fds)} descriptors")
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self.recv_seq += 1
+        return Message(kind, seq, re, body, fds)

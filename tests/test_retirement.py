@@ -1,0 +1,230 @@
+"""C5, J4: the five retirement states, idempotent convergence, and what is preserved untouched.
+
+States are made by stopping a real session at a named point (an exception
+from the hook; the SIGKILL versions are in test_steward_crash.py), then
+``Recovery`` converges them.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from journal.errors import Refused
+from journal.files import JOURNAL_NAME
+from journal.format import Kind
+from sandbox_support import contained  # noqa: F401
+from steward import recovery, retirement
+from steward.session import AFTER_CLEANUP_EVIDENCE, Steward
+from steward.stateroot import STAGES, TOMBSTONES
+from steward_support import accept_all, kinds, one_session, read_dir_journal, sealed_reading, settings, state_path, steward  # noqa: F401
+
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("contained")]
+
+
+class Stop(Exception):
+    pass
+
+
+def _stopped_at(state_path: str, sandbox_ids, point: str, **overrides) -> str:
+    """Run one session and stop it at ``point``; the stage id."""
+    def hook(name: str) -> None:
+        if name == point:
+            raise Stop(point)
+
+    made = Steward(settings(state_path, sandbox_ids, **overrides), capability_check=accept_all, hook=hook)
+    try:
+        with pytest.raises(Stop):
+            one_session(made)
+    finally:
+        made.close()
+    (stage_id,) = _ids(state_path)
+    return stage_id
+
+
+def _ids(state_path: str) -> list[str]:
+    root = pathlib.Path(state_path)
+    return sorted({*os.listdir(root / STAGES), *os.listdir(root / TOMBSTONES)})
+
+
+def _journal_bytes(state_path: str, stage_id: str) -> bytes:
+    root = pathlib.Path(state_path)
+    for area in (STAGES, TOMBSTONES):
+        path = root / area / stage_id / JOURNAL_NAME
+        if path.exists():
+            return path.read_bytes()
+    raise AssertionError("no journal")
+
+
+@pytest.mark.parametrize("point, state", [
+    (AFTER_CLEANUP_EVIDENCE, retirement.ACTIVE),
+    (retirement.AFTER_RETIREMENT_INTENT, retirement.INTENT),
+    (retirement.BEFORE_RENAME, retirement.INTENT),
+    (retirement.AFTER_RENAME, retirement.RENAMED),
+    (retirement.AFTER_TOMBSTONES_FSYNC, retirement.RENAMED),
+    (retirement.AFTER_STAGES_FSYNC, retirement.RENAMED),
+    (retirement.AFTER_RETIRED, retirement.RETIRED),
+    (retirement.AFTER_SEAL_MODES, retirement.RETIRED),
+    (retirement.AFTER_SEAL_MARKER, retirement.SEALED),
+])
+def test_every_state_converges_to_a_sealed_tombstone_and_stays_there(state_path, sandbox_ids, point, state):
+    """C5: from each state recovery converges, keeps every record, and a second run appends nothing."""
+    stage_id = _stopped_at(state_path, sandbox_ids, point)
+    with Steward(settings(state_path, sandbox_ids), capability_check=accept_all) as made:
+        assert retirement.assess(made.root, stage_id).state == state
+        before = _journal_bytes(state_path, stage_id)
+        work = recovery.Recovery(made.root, made.settings)
+        report = work.recover(stage_id)
+        assert (report.before, report.after, report.ok) == (state, retirement.SEALED, True)
+        after = _journal_bytes(state_path, stage_id)
+        assert after.startswith(before), "an acknowledged record was lost"
+        reading = sealed_reading(state_path, stage_id)
+        assert reading.verdict == "VALID" and kinds(reading)[-1] is Kind.RETIRED
+        assert kinds(reading).count(Kind.RETIREMENT_INTENT) == 1
+        again = work.recover(stage_id)
+        assert (again.before, again.after, again.ok) == (retirement.SEALED, retirement.SEALED, True)
+        assert _journal_bytes(state_path, stage_id) == after, "the sealed state appended something"
+        assert not (pathlib.Path(state_path) / STAGES / stage_id).exists()
+
+
+def _sealed_session(steward) -> str:
+    return one_session(steward)[2].stage_id
+
+
+def _back_to_stage(state_path: str, stage_id: str) -> pathlib.Path:
+    """Make an ACTIVE-looking stage out of a tombstone by hand: move it back and cut the journal after its GENESIS."""
+    root = pathlib.Path(state_path)
+    os.rename(root / TOMBSTONES / stage_id, root / STAGES / stage_id)
+    stage = root / STAGES / stage_id
+    for path in [stage, *stage.rglob("*")]:
+        os.chmod(path, 0o700 if path.is_dir() else 0o600)
+    (stage / "seal.json").unlink()
+    return stage
+
+
+@pytest.mark.parametrize("damage, verdict", [
+    (lambda journal: journal.write_bytes(journal.read_bytes()[:-5]), "TORN"),
+    (lambda journal: journal.write_bytes(journal.read_bytes()[:200] + b"X" + journal.read_bytes()[201:]), "CORRUPT"),
+    (lambda journal: journal.unlink(), "MISSING"),
+])
+def test_a_journal_that_is_not_valid_preserves_the_stage_untouched(steward, state_path, damage, verdict):
+    """J4: a missing, torn or corrupt journal authorizes no cleanup claim; recovery changes nothing in the stage."""
+    stage_id = _sealed_session(steward)
+    stage = _back_to_stage(state_path, stage_id)
+    damage(stage / JOURNAL_NAME)
+    listing = sorted(str(path.relative_to(stage)) for path in stage.rglob("*"))
+    journal = (stage / JOURNAL_NAME).read_bytes() if (stage / JOURNAL_NAME).exists() else None
+    report = recovery.Recovery(steward.root, steward.settings).recover(stage_id)
+    assert (report.before, report.after, report.verdict, report.ok) == ("PRESERVED", "PRESERVED", verdict, True)
+    assert "left untouched" in report.detail
+    assert sorted(str(path.relative_to(stage)) for path in stage.rglob("*")) == listing
+    assert ((stage / JOURNAL_NAME).read_bytes() if (stage / JOURNAL_NAME).exists() else None) == journal
+    assert not (pathlib.Path(state_path) / TOMBSTONES / stage_id).exists()
+
+
+def test_a_journal_of_another_stage_is_substituted_and_preserved(steward, state_path):
+    """J4: a chain bound to another stage is SUBSTITUTED; the stage is preserved."""
+    first, second = _sealed_session(steward), _sealed_session(steward)
+    stage = _back_to_stage(state_path, first)
+    other = pathlib.Path(state_path) / TOMBSTONES / second / JOURNAL_NAME
+    (stage / JOURNAL_NAME).write_bytes(other.read_bytes())
+    report = recovery.Recovery(steward.root, steward.settings).recover(first)
+    assert (report.after, report.verdict) == ("PRESERVED", "SUBSTITUTED")
+
+
+def test_a_seal_marker_that_does_not_match_preserves_the_tombstone(steward, state_path):
+    """J4: the head kept outside the journal must be its head; otherwise SUBSTITUTED."""
+    stage_id = _sealed_session(steward)
+    marker = pathlib.Path(state_path) / TOMBSTONES / stage_id / "seal.json"
+    os.chmod(marker.parent, 0o755)
+    text = marker.read_text()
+    head = text.split('"head":"')[1][:64]
+    marker.unlink()
+    marker.write_text(text.replace(head, "0" * 64))
+    report = recovery.Recovery(steward.root, steward.settings).recover(stage_id)
+    assert (report.after, report.verdict, report.ok) == ("PRESERVED", "SUBSTITUTED", True)
+
+
+def test_a_stage_and_a_tombstone_both_present_need_an_operator(steward, state_path):
+    """C5: never both present; if a crash or a hand left both, nothing is changed and recovery says so (exit 1)."""
+    stage_id = _sealed_session(steward)
+    shutil.copytree(pathlib.Path(state_path) / TOMBSTONES / stage_id, pathlib.Path(state_path) / STAGES / stage_id)
+    report = recovery.Recovery(steward.root, steward.settings).recover(stage_id)
+    assert (report.after, report.ok) == ("PRESERVED", False)
+    assert "both" in report.detail
+
+
+def test_the_rename_never_replaces_a_tombstone(steward, state_path):
+    """C5: RENAME_NOREPLACE: an existing tombstone is never overwritten by a stage."""
+    stage_id = _sealed_session(steward)
+    stage = pathlib.Path(state_path) / STAGES / stage_id
+    stage.mkdir()
+    (stage / "marker").write_text("stage")
+    with pytest.raises(Refused, match="already exists; a tombstone is never replaced"):
+        retirement.rename(steward.root, stage_id)
+    assert (stage / "marker").exists() and (pathlib.Path(state_path) / TOMBSTONES / stage_id / "seal.json").exists()
+
+
+def test_a_live_stage_is_left_alone(steward, state_path):
+    """A stage whose journal a running steward holds is in use: recovery does not touch it."""
+    session = steward.open_session("attempt-1")
+    report = recovery.Recovery(steward.root, steward.settings).recover(session.stage_id)
+    assert (report.after, report.ok) == ("ACTIVE", True) and "in use" in report.detail
+    assert session.close().cleanup == "CLEANED"
+
+
+def test_sealing_makes_everything_root_owned_and_read_only(steward, state_path):
+    """C5: files 0444, directories 0555, root-owned, the marker last."""
+    stage_id = _sealed_session(steward)
+    place = pathlib.Path(state_path) / TOMBSTONES / stage_id
+    for path in [place, *place.rglob("*")]:
+        info = path.lstat()
+        assert info.st_uid == 0 and (info.st_mode & 0o7777) == (0o555 if path.is_dir() else 0o444), path
+    reading = read_dir_journal(place)
+    assert reading.records[-1].kind is Kind.RETIRED
+
+
+def test_once_retry_has_ended_recovery_still_removes_residue_itself(state_path, sandbox_ids, tmp_path):
+    """C6: after a NONZERO attempt no helper may run; the cleanup writer kills what is left in process, and claims nothing."""
+    failing = tmp_path / "failing_helper.py"
+    failing.write_text("import sys\nsys.stdin.buffer.read()\nsys.exit(3)\n")
+    stage_id = _stopped_at(state_path, sandbox_ids, "helper_after_attempt", helper_command=(sys.executable, "-I", str(failing)))
+    uid, gid = sandbox_ids
+    stray = subprocess.Popen(["/usr/bin/sleep", "60"], user=uid, group=gid, start_new_session=True)
+    parent = threading.Thread(target=stray.wait)
+    parent.start()
+    try:
+        with Steward(settings(state_path, sandbox_ids), capability_check=accept_all) as steward:
+            report = recovery.Recovery(steward.root, steward.settings).recover(stage_id)
+        parent.join(10)
+        assert stray.returncode == -9
+    finally:
+        stray.kill()
+        parent.join()
+    assert (report.after, report.diagnostic) == ("SEALED", "HELPER_NONZERO")
+    reading = sealed_reading(state_path, stage_id)
+    assert [record.fields["outcome"] for record in reading.records if record.kind is Kind.HELPER_ATTEMPT] == ["NONZERO"]
+    assert [record.fields["outcome"] for record in reading.records if record.kind is Kind.CLEANUP_EVIDENCE] == ["UNVERIFIED"]
+
+
+def test_a_stage_with_a_mount_left_under_it_is_never_renamed(steward, state_path):
+    """C5: a mount under a stage would move into its tombstone; retirement refuses until it is gone."""
+    from launcher import syscalls as sc
+
+    session = steward.open_session("attempt-1")
+    point = pathlib.Path(state_path) / STAGES / session.stage_id / "live" / "stray"
+    point.mkdir()
+    sc.mount("stray", str(point), "tmpfs", 0, "size=64k")
+    try:
+        with pytest.raises(Refused, match="stray mounted under it; a stage is retired only once nothing is"):
+            retirement.rename(steward.root, session.stage_id)
+        assert point.exists() and not (pathlib.Path(state_path) / TOMBSTONES / session.stage_id).exists()
+    finally:
+        sc.umount2(str(point), 0)
+    assert session.close().cleanup == "CLEANED"

@@ -1,0 +1,389 @@
+"""The in-process session end to end, as root: J1, C1–C5, C8, C9, S6 through real sandboxes and a real journal."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+import threading
+
+import pytest
+
+from journal.errors import Refused
+from journal.format import Kind
+from journal.seal import SealMarker, seal_from_bytes
+from launcher.protocol import ProtocolError
+from sandbox_support import contained  # noqa: F401
+from steward import documents, procfs, retirement, starter
+from steward.session import AFTER_MOUNT_INTENT, Steward
+from steward_support import (  # noqa: F401
+    ENV, accept_all, kinds, last_of, one_session, read_dir_journal, run_true, sealed_reading, settings, state_path,
+    steward, tombstone,
+)
+
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("contained")]
+
+
+def _modes(directory) -> set[tuple[str, int, int]]:
+    found = set()
+    for path in [directory, *directory.rglob("*")]:
+        info = path.lstat()
+        kind = "dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
+        found.add((kind, stat.S_IMODE(info.st_mode), info.st_uid))
+    return found
+
+
+def test_a_session_retires_into_a_sealed_tombstone_and_exports_its_evidence(steward, state_path, tmp_path):
+    """C4, C5, E4: CLEANED evidence, a sealed tombstone, and a byte copy of its journal and seal marker."""
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    fd = os.open(evidence, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        session = steward.open_session("attempt-1")
+        session.start_sandbox()
+        run_true(session)
+        session.close_sandbox()
+        session.publish("attempt-1.true.receipt.json", b'{"x":1}')
+        closed = session.close(fd)
+    finally:
+        os.close(fd)
+    assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
+    place = tombstone(state_path, closed.stage_id)
+    assert not (place.parent.parent / "stages" / closed.stage_id).exists()
+    assert os.listdir(place.parent.parent / "staging") == []
+    reading = sealed_reading(state_path, closed.stage_id)
+    assert reading.verdict == "VALID" and reading.head == closed.head
+    assert kinds(reading)[-3:] == [Kind.CLEANUP_EVIDENCE, Kind.RETIREMENT_INTENT, Kind.RETIRED]
+    marker = seal_from_bytes((place / "seal.json").read_bytes())
+    assert marker == SealMarker("attempt-1", closed.stage_id, closed.journal_id, closed.head)
+    assert _modes(place) == {("dir", 0o555, 0), ("file", 0o444, 0)}
+    assert sorted(closed.exported) == sorted(os.listdir(evidence)) == ["attempt-1.true.receipt.json", "journal", "seal.json"]
+    assert (evidence / "journal").read_bytes() == (place / "journal").read_bytes()
+    assert (evidence / "seal.json").read_bytes() == (place / "seal.json").read_bytes()
+    evidence_record = last_of(reading, Kind.CLEANUP_EVIDENCE).fields
+    assert evidence_record["journal_head"] == reading.records[-4].digest
+    for key in ("process_inventory_digest", "mount_inventory_digest", "preceding_process_digest"):
+        assert documents.digest((place / "documents" / evidence_record[key]).read_bytes()) == evidence_record[key]
+    attempt = last_of(reading, Kind.HELPER_ATTEMPT).fields
+    assert attempt["outcome"] == "CLEANED" and (place / "documents" / attempt["response_digest"]).exists()
+    assert retirement.assess(steward.root, closed.stage_id).state == retirement.SEALED
+
+
+def test_the_op_identity_is_exactly_what_the_journal_recorded(steward, state_path):
+    """C1: the op's (pid, starttime, pgid) and raw status as PROCESS_INTENT/PROCESS_TERMINAL hold them, with both heads."""
+    session, outcome, closed = one_session(steward)
+    reading = sealed_reading(state_path, closed.stage_id)
+    by_op = {(record.kind, record.fields.get("op_id")): record for record in reading.records}
+    intent = by_op[(Kind.PROCESS_INTENT, outcome.op_id)].fields
+    assert (intent["pid"], intent["starttime"], intent["pgid"], intent["role"]) == (outcome.pid, outcome.starttime, outcome.pgid, "descendant")
+    terminal = by_op[(Kind.PROCESS_TERMINAL, outcome.op_id)]
+    assert terminal.fields["wait_status"] == outcome.wait_status == 0 and terminal.fields["reaper"] == "launcher"
+    assert outcome.terminal_head == terminal.digest
+    assert outcome.head == by_op[(Kind.DESCENDANTS_TERMINAL, outcome.op_id)].digest
+
+
+def test_a_session_is_refused_while_the_dedicated_ids_are_in_use(steward, state_path, sandbox_ids):
+    """S6: opening a session checks, under the lease, that no live process uses the dedicated ids; no stage is made."""
+    uid, gid = sandbox_ids
+    squatter = subprocess.Popen(["/usr/bin/sleep", "30"], user=uid, group=gid)
+    try:
+        with pytest.raises(Refused, match=f"sandbox uid {uid}.*already runs as it"):
+            steward.open_session("attempt-1")
+        assert os.listdir(os.path.join(state_path, "stages")) == []
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError as error:
+        assert error.errno == errno.EBADF
+        return False
+
+
+def test_a_refused_capability_is_closed_and_never_mounted(state_path, sandbox_ids, tmp_path):
+    """F4, C9: every capability passes the one predicate; a refused one is closed at once."""
+    def refuse(fd: int, name: str) -> None:
+        raise Refused(name, "is refused by the predicate")
+
+    refusing = Steward(settings(state_path, sandbox_ids), capability_check=refuse)
+    try:
+        session = refusing.open_session("attempt-1")
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        with pytest.raises(Refused, match="capability data: is refused by the predicate"):
+            session.add_capability("data", fd)
+        assert not _is_open(fd)
+        with pytest.raises(Refused, match="not a capability"):
+            session.start_sandbox(read=["data"])
+        session.close()
+    finally:
+        refusing.close()
+
+
+def test_a_capability_is_read_only_in_the_sandbox_and_closed_once_at_the_end(steward, tmp_path):
+    """S4, C9: mounted read-only at /cap/NAME; the session owns the descriptor until it ends, then closes it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "hello").write_text("hi\n")
+    fd = os.open(data, os.O_RDONLY | os.O_DIRECTORY)
+    session = steward.open_session("attempt-1")
+    session.add_capability("data", fd)
+    session.start_sandbox(read=["data"])
+    outcome = session.run(["/bin/sh", "-c", "cat /cap/data/hello; touch /cap/data/x"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=200)
+    assert outcome.observation.stdout == b"hi\n" and outcome.exit_code == 1 and b"Read-only" in outcome.observation.stderr
+    session.close_sandbox()
+    assert _is_open(fd)
+    session.close()
+    assert not _is_open(fd)
+
+
+def test_an_output_is_filled_sealed_and_reused_read_only(steward, state_path):
+    """Outputs: writable in the sandbox that fills it; sealed root-owned 0444/0555 with its inventory digest; then read-only."""
+    session = steward.open_session("attempt-1")
+    session.create_output("wheels", max_bytes=4 << 20)
+    session.start_sandbox(write=["wheels"])
+    fill = session.run(["/bin/sh", "-c", "mkdir /out/wheels/d && printf abc > /out/wheels/d/a.whl && chmod 4755 /out/wheels/d/a.whl"],
+                       env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
+    assert fill.exit_code == 0, fill.observation.stderr
+    with pytest.raises(Refused, match="still mounted in the open sandbox"):
+        session.seal_output("wheels")
+    session.close_sandbox()
+    sealed = session.seal_output("wheels")
+    assert (sealed.files, sealed.directories, sealed.bytes) == (1, 1, 3)
+    stage = tombstone(state_path, session.stage_id).parent.parent / "stages" / session.stage_id
+    document = (stage / "documents" / sealed.inventory_digest.removeprefix("sha256:")).read_bytes()
+    assert documents.digest(document) == sealed.inventory_digest.removeprefix("sha256:")
+    assert _modes(stage / "outputs" / "wheels") == {("dir", 0o555, 0), ("file", 0o444, 0)}
+    descriptor = session.open_output("wheels")
+    try:
+        with open(os.open("d/a.whl", os.O_RDONLY, dir_fd=descriptor), "rb") as file:
+            assert file.read() == b"abc"
+    finally:
+        os.close(descriptor)
+    session.start_sandbox(read=["wheels"])
+    reuse = session.run(["/bin/sh", "-c", "cat /cap/wheels/d/a.whl; touch /cap/wheels/x"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=200)
+    assert reuse.observation.stdout == b"abc" and reuse.exit_code == 1
+    session.close_sandbox()
+    assert session.close().diagnostic == "VERIFIED"
+
+
+def test_an_output_holding_a_symlink_is_not_sealed(steward):
+    """A sealed output holds only regular files and directories."""
+    session = steward.open_session("attempt-1")
+    session.create_output("out", max_bytes=4 << 20)
+    session.start_sandbox(write=["out"])
+    session.run(["/bin/ln", "-s", "/etc/shadow", "/out/out/link"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
+    session.close_sandbox()
+    with pytest.raises(Refused, match="out/link: is a symlink"):
+        session.seal_output("out")
+    with pytest.raises(Refused, match="not a sealed output"):
+        session.open_output("out")
+    session.close()
+
+
+def test_an_output_is_capped(steward):
+    """The output's tmpfs is size-capped: filling it past max_bytes fails inside the sandbox."""
+    session = steward.open_session("attempt-1")
+    session.create_output("out", max_bytes=1 << 20)
+    session.start_sandbox(write=["out"])
+    outcome = session.run(["/bin/sh", "-c", "head -c 3000000 /dev/zero > /out/out/big"], env=ENV, timeout_ms=10_000, stdout_cap=100, stderr_cap=300)
+    assert outcome.exit_code != 0 and b"No space left" in outcome.observation.stderr
+    session.close()
+
+
+def test_an_output_mount_intent_is_durable_before_the_mount(state_path, sandbox_ids):
+    """J1: when MOUNT_INTENT returns, the journal on disk holds it and the tmpfs is not mounted yet."""
+    seen = []
+
+    def hook(point: str) -> None:
+        if point == AFTER_MOUNT_INTENT and not seen:
+            stages = os.path.join(state_path, "stages")
+            (stage,) = os.listdir(stages)
+            target = os.path.join(stages, stage, "live", "out")
+            with open("/proc/self/mountinfo") as mountinfo:
+                mounted = any(line.split(" ")[4] == target for line in mountinfo)
+            reading = read_dir_journal(tombstone(state_path, stage).parent.parent / "stages" / stage)
+            seen.append((mounted, reading.records[-1].kind, reading.records[-1].fields["target"] == target))
+
+    hooked = Steward(settings(state_path, sandbox_ids), capability_check=accept_all, hook=hook)
+    try:
+        session = hooked.open_session("attempt-1")
+        session.create_output("out", max_bytes=1 << 20)
+        session.close()
+    finally:
+        hooked.close()
+    assert seen == [(False, Kind.MOUNT_INTENT, True)]
+
+
+def test_an_evidence_directory_must_be_the_clients_own(steward, tmp_path):
+    """A served session writes only into a directory its client owns (no confused deputy)."""
+    session = steward.open_session("attempt-1", client_uid=1234)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(Refused, match="owned by uid 0; it must be the client's own"):
+            session.close(fd)
+    finally:
+        os.close(fd)
+    assert session.close().cleanup == "CLEANED"
+
+
+def test_an_abandoned_session_is_retired_unverified(steward, state_path):
+    """C8: a client that goes away leaves a sealed tombstone whose cleanup evidence is UNVERIFIED."""
+    session = steward.open_session("attempt-1")
+    session.create_output("out", max_bytes=1 << 20)
+    session.start_sandbox(write=["out"])
+    run_true(session)
+    closed = session.abandon()
+    assert (closed.cleanup, closed.diagnostic) == ("UNVERIFIED", "SESSION_ABANDONED")
+    reading = sealed_reading(state_path, closed.stage_id)
+    assert last_of(reading, Kind.CLEANUP_EVIDENCE).fields["outcome"] == "UNVERIFIED"
+    assert last_of(reading, Kind.RETIRED).fields["note"] == "session=ABANDONED diagnostic=SESSION_ABANDONED"
+
+
+def test_the_outer_group_is_claimed_only_after_zombie_scan_then_reap(steward, monkeypatch):
+    """C3: waitid(P_PIDFD, WNOWAIT) shows the zombie, then the scan, then the exact reap; never waitpid(-1)."""
+    order = []
+    real_waitid, real_scan, real_waitpid = os.waitid, procfs.scan, os.waitpid
+
+    def waitid(idtype, ident, options):
+        if options & os.WNOWAIT:
+            order.append("zombie")
+        return real_waitid(idtype, ident, options)
+
+    def scan():
+        order.append("scan")
+        return real_scan()
+
+    def waitpid(pid, options):
+        assert pid > 0, "never waitpid(-1)"
+        order.append("reap")
+        return real_waitpid(pid, options)
+
+    session = steward.open_session("attempt-1")
+    session.start_sandbox()
+    monkeypatch.setattr(starter.os, "waitid", waitid)
+    monkeypatch.setattr(starter.procfs, "scan", scan)
+    monkeypatch.setattr(starter.os, "waitpid", waitpid)
+    session.close_sandbox()
+    monkeypatch.undo()
+    assert order == ["zombie", "scan", "reap"]
+    assert session.outer[0][2] is True
+    assert session.close().diagnostic == "VERIFIED"
+
+
+def test_another_member_of_the_outer_group_leaves_it_unproven(steward, monkeypatch):
+    """C3: a scan that finds another member of the group means no absence claim, and the session is not verified."""
+    session = steward.open_session("attempt-1")
+    session.start_sandbox()
+    group = session.sandbox.outer_pgid
+    real_scan = procfs.scan
+    monkeypatch.setattr(starter.procfs, "scan", lambda: real_scan() + [procfs.Entry(4_000_000, 1, group, 5, "S", (0,), (0,))])
+    session.close_sandbox()
+    monkeypatch.undo()
+    closed = session.close()
+    assert session.outer[0][2] is False
+    assert (closed.cleanup, closed.diagnostic) == ("UNVERIFIED", "OUTER_UNPROVEN")
+
+
+def test_a_pid_1_whose_report_never_arrived_is_reaped_and_counted(steward, state_path, monkeypatch):
+    """C1, C3: stage 1 cloned pid 1 but the starter failed before learning its pid: found by group, reaped, counted."""
+    def broken(self, message):
+        raise ProtocolError("the CHILD report was lost")
+
+    monkeypatch.setattr(starter.Sandbox, "_handover", broken)
+    session = steward.open_session("attempt-1")
+    with pytest.raises(starter.SandboxFailure, match="CHILD report was lost"):
+        session.start_sandbox()
+    monkeypatch.undo()
+    assert [pid for pid in procfs.children(os.getpid())] == []
+    closed = session.close()
+    reading = sealed_reading(state_path, closed.stage_id)
+    counted = [record.fields for record in reading.records if record.kind is Kind.DESCENDANTS_TERMINAL]
+    assert counted == [{**counted[0], "op_id": f"{closed.stage_id}-1.launcher", "count": 1}]
+    assert not any(record.fields.get("role") == "namespace" for record in reading.records)
+
+
+def test_a_process_handle_proves_a_non_child_absent_without_waiting_for_it(tmp_path):
+    """C2: the /proc/<pid> descriptor opened at intent time is bound to that process and its start time."""
+    child = subprocess.Popen(["/usr/bin/sleep", "30"])
+    try:
+        found = procfs.identity(child.pid)
+        with pytest.raises(LookupError):
+            procfs.ProcessHandle.open(child.pid, found.starttime + 1)
+        handle = procfs.ProcessHandle.open(child.pid, found.starttime)
+        assert handle.gone() is False
+        child.kill()
+        child.wait()
+        assert handle.gone() is True
+        handle.close()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_handle_whose_pid_now_holds_another_process_says_gone(tmp_path):
+    """C2: the pid is gone or its start time differs: a handle whose recorded start time is not the process's says gone."""
+    child = subprocess.Popen(["/usr/bin/sleep", "30"])
+    try:
+        found = procfs.identity(child.pid)
+        handle = procfs.ProcessHandle.open(child.pid, found.starttime)
+        handle.starttime += 1
+        assert handle.gone() is True
+        handle.close()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_cleanup_kills_what_still_runs_as_the_dedicated_uid(steward, state_path, sandbox_ids):
+    """C6: the helper kills a process of the dedicated ids through a checked pidfd, and proves it gone."""
+    session = steward.open_session("attempt-1")
+    uid, gid = sandbox_ids
+    stray = subprocess.Popen(["/usr/bin/sleep", "60"], user=uid, group=gid, start_new_session=True)
+    parent = threading.Thread(target=stray.wait)  # its parent reaps it once the helper killed it
+    parent.start()
+    try:
+        closed = session.close()
+        parent.join(10)
+        assert stray.returncode == -9
+    finally:
+        stray.kill()
+        parent.join()
+    reading = sealed_reading(state_path, closed.stage_id)
+    response_digest = last_of(reading, Kind.HELPER_ATTEMPT).fields["response_digest"]
+    response = (tombstone(state_path, closed.stage_id) / "documents" / response_digest).read_bytes()
+    assert b'"killed":1' in response and b'"outcome":"CLEANED"' in response
+    assert closed.cleanup == "CLEANED"
+
+
+def test_a_journal_changed_behind_its_writer_refuses_the_cleanup_claim(steward, state_path):
+    """J4: cleanup reads the journal as stored and needs it VALID at the writer's own head; otherwise no claim."""
+    session = steward.open_session("attempt-1")
+    stage = tombstone(state_path, session.stage_id).parent.parent / "stages" / session.stage_id
+    with open(stage / "journal", "r+b") as file:
+        data = bytearray(file.read())
+        data[40] ^= 0x01
+        file.seek(0)
+        file.write(data)
+    with pytest.raises(Refused, match="journal: is CORRUPT on disk"):
+        session.close()
+    assert (stage / "journal").exists() and not tombstone(state_path, session.stage_id).exists()
+
+
+def test_the_helper_never_kills_a_pid_whose_start_time_changed():
+    """C2: a kill goes through a pidfd whose process is checked to be the one the scan saw (pid and start time)."""
+    from steward import helper
+
+    child = subprocess.Popen(["/usr/bin/sleep", "30"])
+    try:
+        found = procfs.identity(child.pid)
+        seen = procfs.Entry(child.pid, os.getpid(), found.pgid, found.starttime + 1, "S", (0,), (0,))
+        assert helper._kill(seen) is False
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()

@@ -1,0 +1,309 @@
+"""`casebox steward serve` as root: the socket, SO_PEERCRED, sessions over the wire, hostile and concurrent clients."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+from journal.errors import Refused
+from journal.format import Kind
+from sandbox_support import contained, processes_of  # noqa: F401
+from steward import client, retirement
+from steward.client import RemoteSession
+from steward.session import Session, Steward
+from steward_support import ENV, TRUE, accept_all, last_of, sealed_reading, settings
+
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("contained")]
+STRANGER = 1234
+
+
+class Daemon:
+    def __init__(self, process: subprocess.Popen, socket_path: str, state: str, log: pathlib.Path) -> None:
+        self.process = process
+        self.socket = socket_path
+        self.state = state
+        self.log = log
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+        return self.process.wait(timeout=60)
+
+
+@pytest.fixture
+def daemon(tmp_path, sandbox_ids, casebox):
+    config = tmp_path / "casebox.toml"
+    config.write_text(f"sandbox_uid = {sandbox_ids[0]}\nsandbox_gid = {sandbox_ids[1]}\nclient_uids = [0]\n")
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(30)
+    # The socket's directory is reachable by every user, so the peer check, not the path, is what refuses a stranger.
+    run = pathlib.Path(tempfile.mkdtemp(prefix="casebox-run-"))
+    os.chmod(run, 0o755)
+    socket_path, state, log = str(run / "steward.sock"), str(tmp_path / "state"), tmp_path / "daemon.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [str(casebox_path()), "--config", str(config), "steward", "serve", "--socket", socket_path, "--state-root", state],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+            env={**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify")},
+        )
+    try:
+        assert notify.recv(64) == b"READY=1"
+        yield Daemon(process, socket_path, state, log)
+    finally:
+        notify.close()
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+        shutil.rmtree(run)
+
+
+def casebox_path() -> pathlib.Path:
+    return pathlib.Path(__file__).resolve().parent.parent / ".venv" / "bin" / "casebox"
+
+
+def _wait_for(predicate, seconds: float = 30.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def _sealed(state: str) -> list[str]:
+    return [name for name in os.listdir(os.path.join(state, "tombstones"))
+            if os.path.exists(os.path.join(state, "tombstones", name, "seal.json"))]
+
+
+def test_the_socket_is_root_only_without_a_casebox_group(daemon):
+    """The socket's access: 0660 group casebox when that group exists, else 0600 root only."""
+    info = os.stat(daemon.socket)
+    assert stat.S_ISSOCK(info.st_mode) and (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o600)
+    assert "mode 0600, root only" in daemon.text()
+
+
+def test_the_client_offers_exactly_the_in_process_session_calls():
+    """One API: every public call of the in-process Session exists on RemoteSession with the same parameters."""
+    import inspect
+
+    calls = {"info", "add_capability", "create_output", "start_sandbox", "run", "close_sandbox", "seal_output",
+             "open_output", "publish", "close", "abandon"}
+    for name in calls:
+        local, remote = inspect.signature(getattr(Session, name)), inspect.signature(getattr(RemoteSession, name))
+        assert list(local.parameters) == list(remote.parameters), name
+
+
+def test_a_session_over_the_socket_is_the_same_session(daemon, tmp_path):
+    """The wire session: same values, same journal, same sealed tombstone, and the evidence exported.
+
+    A capability crosses as a descriptor and passes F4's predicate (executor.capability) in the daemon.
+    """
+    session = client.connect(daemon.socket).open_session("attempt-1")
+    session.create_output("out", max_bytes=1 << 20)
+    ready = session.start_sandbox(write=["out"])
+    assert ready.capabilities == 0 and ready.no_new_privs
+    outcome = session.run(["/bin/sh", "-c", "printf hi > /out/out/f; echo ok"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
+    assert (outcome.exit_code, outcome.observation.stdout) == (0, b"ok\n")
+    session.close_sandbox()
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    (clean / "data").write_text("from the client\n")
+    session.add_capability("tree", os.open(clean, os.O_RDONLY | os.O_DIRECTORY))
+    session.start_sandbox(read=["tree"])
+    read = session.run(["/bin/cat", "/cap/tree/data"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
+    assert read.observation.stdout == b"from the client\n"
+    session.close_sandbox()
+    sealed = session.seal_output("out")
+    fd = session.open_output("out")
+    try:
+        with open(os.open("f", os.O_RDONLY, dir_fd=fd), "rb") as file:
+            assert file.read() == b"hi"
+    finally:
+        os.close(fd)
+    leaky = tmp_path / "leaky"
+    (leaky / ".git").mkdir(parents=True)
+    with pytest.raises(Refused, match=r"capability leaky/\.git: is a \.git segment"):
+        session.add_capability("leaky", os.open(leaky, os.O_RDONLY | os.O_DIRECTORY))
+    session.publish("attempt-1.case.receipt.json", b"{}")
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    fd = os.open(evidence, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        closed = session.close(fd)
+    finally:
+        os.close(fd)
+    assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
+    assert sealed.inventory_digest.startswith("sha256:")
+    reading = sealed_reading(daemon.state, closed.stage_id)
+    assert reading.head == closed.head
+    assert sorted(os.listdir(evidence)) == ["attempt-1.case.receipt.json", "journal", "seal.json"]
+    assert f"closed stage {closed.stage_id}: CLEANED, VERIFIED" in daemon.text()
+
+
+def _as_stranger(socket_path: str) -> str:
+    """Connect and OPEN as another uid, in a child; what it was told."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(STRANGER)
+            os.setuid(STRANGER)
+            client.connect(socket_path).open_session("attempt-1")
+            answer = "opened"
+        except Refused as refusal:
+            answer = refusal.sentence()
+        except BaseException as error:  # noqa: BLE001 - reported to the parent
+            answer = f"{type(error).__name__}: {error}"
+        os.write(write_end, answer.encode())
+        os._exit(0)
+    os.close(write_end)
+    answer = os.read(read_end, 4096).decode()
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    return answer
+
+
+def test_a_client_with_the_wrong_uid_is_refused_and_the_refusal_logged(daemon):
+    """S2-style peer check: SO_PEERCRED against client_uids; the refusal names the uid and is logged."""
+    os.chmod(daemon.socket, 0o666)
+    answer = _as_stranger(daemon.socket)
+    assert answer == f"client uid: {STRANGER} is not allowed to use this steward (client_uids)."
+    assert f"refused client pid" in daemon.text() and f"uid {STRANGER} is not in client_uids" in daemon.text()
+    assert os.listdir(os.path.join(daemon.state, "stages")) == []
+
+
+def test_a_client_that_disconnects_mid_session_is_cleaned_up_and_retired_unverified(daemon, sandbox_ids):
+    """C8: the daemon closes the sandbox, proves cleanup, and retires the stage with UNVERIFIED evidence."""
+    session = client.connect(daemon.socket).open_session("attempt-1")
+    session.create_output("out", max_bytes=1 << 20)
+    session.start_sandbox(write=["out"])
+    session.run(TRUE, env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
+    stage_id = session.stage_id
+    session.abandon()
+    _wait_for(lambda: stage_id in _sealed(daemon.state))
+    reading = sealed_reading(daemon.state, stage_id)
+    assert last_of(reading, Kind.CLEANUP_EVIDENCE).fields["outcome"] == "UNVERIFIED"
+    assert last_of(reading, Kind.RETIRED).fields["note"] == "session=ABANDONED diagnostic=SESSION_ABANDONED"
+    assert f"left stage {stage_id} before CLOSE" in daemon.text()
+    assert processes_of(*sandbox_ids) == []
+
+
+def test_a_client_that_breaks_the_protocol_abandons_its_session(daemon):
+    """An out-of-sequence message ends the connection; the session is retired as abandoned."""
+    connection = client.connect(daemon.socket)
+    session = connection.open_session("attempt-1")
+    endpoint = session._endpoint
+    endpoint.send_seq = 7
+    endpoint.send("STOP", {})
+    with pytest.raises(client.WireError):
+        endpoint.receive()
+    _wait_for(lambda: session.stage_id in _sealed(daemon.state))
+    assert "STOP is numbered 7, expected 1" in daemon.text()
+
+
+def test_four_sessions_at_once(daemon):
+    """Four clients hold sessions at the same time; their sandboxes take the dedicated UID's lease in turn."""
+    barrier = threading.Barrier(4, timeout=60)
+    results, errors = {}, []
+
+    def one(index: int) -> None:
+        try:
+            session = client.connect(daemon.socket).open_session(f"attempt-{index}")
+            barrier.wait()
+            session.create_output("out", max_bytes=1 << 20)
+            session.start_sandbox(write=["out"])
+            outcome = session.run(["/bin/sh", "-c", f"echo {index} > /out/out/n; sleep 0.2; cat /out/out/n"], env=ENV,
+                                  timeout_ms=10_000, stdout_cap=100, stderr_cap=100)
+            session.close_sandbox()
+            session.seal_output("out")
+            results[index] = (outcome.observation.stdout, session.close())
+        except BaseException as error:  # noqa: BLE001 - collected for the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == [] and sorted(results) == [0, 1, 2, 3]
+    lifetimes = []
+    for index, (stdout, closed) in results.items():
+        assert stdout == f"{index}\n".encode()
+        assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
+        reading = sealed_reading(daemon.state, closed.stage_id)
+        assert reading.verdict == "VALID"
+        times = {(record.kind, record.fields.get("role") or record.fields.get("op_id")): record.fields.get("at")
+                 for record in reading.records}
+        lifetimes.append((times[(Kind.PROCESS_INTENT, "launcher")], times[(Kind.PROCESS_TERMINAL, f"{closed.stage_id}-1.init")]))
+    lifetimes.sort()
+    assert all(end < next_start for (_, end), (next_start, _) in zip(lifetimes, lifetimes[1:])), \
+        "two sandboxes ran as the dedicated UID at once (S6): the lease must serialize them"
+    assert len(_sealed(daemon.state)) == 4
+
+
+def test_sigterm_retires_open_sessions_and_removes_the_socket(daemon):
+    """Stopping the daemon abandons what is still open: nothing is left running or in stages/."""
+    session = client.connect(daemon.socket).open_session("attempt-1")
+    session.start_sandbox()
+    assert daemon.stop() == 0
+    assert not os.path.exists(daemon.socket)
+    assert session.stage_id in _sealed(daemon.state)
+    assert os.listdir(os.path.join(daemon.state, "stages")) == []
+    with Steward(settings(daemon.state, (1, 1)), capability_check=accept_all) as steward:
+        assert retirement.assess(steward.root, session.stage_id).state == retirement.SEALED
+
+
+def _config(tmp_path, sandbox_ids, socket_path: str, state: str):
+    from executor.config import Config
+
+    return Config(state_root=state, socket=socket_path, sandbox_uid=sandbox_ids[0], sandbox_gid=sandbox_ids[1])
+
+
+def test_the_cli_uses_the_daemon_when_it_answers(daemon, tmp_path, sandbox_ids):
+    from executor import sessions
+
+    session = sessions.open_session(_config(tmp_path, sandbox_ids, daemon.socket, daemon.state), "attempt-1")
+    assert isinstance(session, RemoteSession)
+    assert session.close().cleanup == "CLEANED"
+
+
+def test_without_a_daemon_root_gets_an_embedded_session_with_the_same_evidence(tmp_path, sandbox_ids):
+    """Embedded mode: no socket answers, the caller is root: the same steward code runs in process for one session."""
+    from executor import sessions
+
+    state = str(tmp_path / "state")
+    session = sessions.open_session(_config(tmp_path, sandbox_ids, str(tmp_path / "none.sock"), state), "attempt-1")
+    assert isinstance(session, Session)
+    session.start_sandbox()
+    session.run(TRUE, env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
+    session.close_sandbox()
+    closed = session.close()
+    assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
+    assert sealed_reading(state, closed.stage_id).verdict == "VALID"
+    assert session.steward.root.fd == -1, "the embedded steward lives for its one session"
+
+
+def test_without_a_daemon_an_unprivileged_caller_is_told_what_to_do(tmp_path, sandbox_ids, monkeypatch):
+    from executor import sessions
+    from executor.frontend import InternalFailure
+
+    monkeypatch.setattr(sessions.os, "geteuid", lambda: 1000)
+    with pytest.raises(InternalFailure, match="start casebox-steward.service or run this with sudo"):
+        sessions.open_session(_config(tmp_path, sandbox_ids, str(tmp_path / "none.sock"), str(tmp_path / "state")), "attempt-1")

@@ -1,0 +1,104 @@
+"""The steward protocol's bytes (docs/steward-protocol.md): closed, canonical, sequenced, descriptors counted."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from steward import wire
+from steward.wire import CLIENT, STEWARD, Endpoint, WireError
+
+
+def test_the_documented_open_message():
+    """The example in docs/steward-protocol.md, byte for byte."""
+    data = wire.encode(0, "OPEN", {"attempt_id": "run-42-1"})
+    assert data == bytes.fromhex("00000038") + b'{"body":{"attempt_id":"run-42-1"},"seq":0,"type":"OPEN"}'
+    assert wire.decode(data, reply=False) == (0, "OPEN", None, {"attempt_id": "run-42-1"})
+
+
+def frame(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"\x00\x00\x00\x10" + b'{"body":{},"seq":0,"type":"STOP"}', "length prefix"),
+    (frame(b'{"body":{}, "seq":0,"type":"STOP"}'), "canonical"),
+    (frame(b'{"seq":0,"type":"STOP","body":{}}'), "canonical"),
+    (frame(b'{"body":{},"seq":0,"type":"HALT"}'), "unknown request type"),
+    (wire.encode(0, "STOP", {}, re=0), "not a known field"),
+    (frame(b'{"body":{},"type":"STOP"}'), "missing"),
+    (frame(b'{"body":{},"seq":0,"type":"STOP","x":1}'), "not a known field"),
+    (b"\x00\x00", "length prefix"),
+])
+def test_anything_the_encoder_would_not_write_is_refused(data, why):
+    """The decoder refuses non-canonical bodies, unknown types and fields, and a wrong length."""
+    with pytest.raises(WireError, match=why):
+        wire.decode(data, reply=False)
+
+
+def test_a_reply_carries_the_number_of_its_request():
+    data = wire.encode(3, "OK", {"head": "0" * 64}, re=5)
+    assert wire.decode(data, reply=True) == (3, "OK", 5, {"head": "0" * 64})
+    with pytest.raises(WireError, match="missing"):
+        wire.decode(wire.encode(3, "OK", {}), reply=True)
+
+
+@pytest.fixture
+def pair():
+    near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    yield Endpoint(near, CLIENT), Endpoint(far, STEWARD)
+    near.close()
+    far.close()
+
+
+def test_a_replayed_or_skipped_number_ends_the_connection(pair):
+    client, steward = pair
+    client.send("STOP", {})
+    assert steward.receive().seq == 0
+    client.send_seq = 0
+    client.send("STOP", {})
+    with pytest.raises(WireError, match="numbered 0, expected 1"):
+        steward.receive()
+
+
+def test_descriptors_only_with_the_messages_that_carry_them(pair, tmp_path):
+    """A request with the wrong number of descriptors is refused and the descriptors it brought are closed."""
+    client, steward = pair
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    client.send("CAPABILITY", {"name": "tree"}, fds=(fd,))
+    message = steward.receive()
+    assert message.type == "CAPABILITY" and len(message.fds) == 1
+    assert os.path.samestat(os.fstat(message.fds[0]), os.fstat(fd))
+    message.close_fds()
+    before = len(os.listdir("/proc/self/fd"))
+    client.send("STOP", {}, fds=(fd,))
+    with pytest.raises(WireError, match="STOP carried 1 descriptors"):
+        steward.receive()
+    assert len(os.listdir("/proc/self/fd")) == before
+    os.close(fd)
+
+
+def test_a_closed_peer_ends_the_connection(pair):
+    client, steward = pair
+    client.sock.close()
+    with pytest.raises(WireError, match="closed"):
+        steward.receive()
+
+
+def test_an_op_outcome_crosses_the_wire_as_the_same_value():
+    """One API: the launcher's observation comes back as the very OpResult or OpNotStarted the starter made."""
+    from journal.closed import ClosedObject
+    from journal.strictjson import canonical, loads
+    from steward.api import OpNotStarted, OpOutcome, OpResult
+
+    head = "ab" * 32
+    ran = OpResult("OK", 0, 0, 3, 2, 1000, b"\x00\xffout", b"", False, True, op_id="s-1.op-1")
+    failed = OpNotStarted("execve", 2, 127 << 8, 0, op_id="s-1.op-2")
+    for observation in (ran, failed):
+        outcome = OpOutcome("s-1", observation.op_id, 42, 7, 42, observation, head, head)
+        wire = loads(canonical(outcome.to_wire()), max_bytes=1 << 20)
+        assert OpOutcome.from_wire(ClosedObject(wire)) == outcome
+    assert not hasattr(ran, "step") and hasattr(failed, "step"), "receipts tell the two apart by their fields"
+    assert OpOutcome("s-1", "s-1.op-2", 42, 7, 42, failed, head, head).exit_code is None
