@@ -244,7 +244,7 @@ class CaseService:
         if isinstance(result, LifecycleEvidence):
             return self._never_ran(case, binding, STEP_SANDBOX, result.reason)
         process = ProcessIdentity(result.op_id, result.pid, result.starttime, result.pgid)
-        receipt = build_receipt(binding, case.id, process, outcome_from_launcher(result), pytest, result.head)
+        receipt = build_receipt(binding, case.id, process, outcome_from_launcher(result.observation), pytest, result.head)
         return CaseRun(case.id, receipt, None)
 
     def _junit(self, report: str) -> PytestEvidence:

@@ -198,13 +198,14 @@ def failure_of(result: OpOutcome | LifecycleEvidence) -> str | None:
     """Why an infrastructure op (extraction, resolution, fetch, install) did not succeed, or None if it exited 0."""
     if isinstance(result, LifecycleEvidence):
         return f"the sandbox failed: {result.reason}"
+    observation = result.observation
     if not result.started:
-        return f"the op did not start ({result.step} failed with errno {result.errno})"
-    if result.limit == "OK":
+        return f"the op did not start ({observation.step} failed with errno {observation.errno})"
+    if observation.limit == "OK":
         return None
-    lines = decode_lossy(result.stderr).strip().splitlines()
+    lines = decode_lossy(observation.stderr).strip().splitlines()
     said = f": {one_line(lines[-1])}" if lines else ""
-    return f"the op ended {result.limit} with wait status {result.wait_status:#06x}{said}"
+    return f"the op ended {observation.limit} with wait status {observation.wait_status:#06x}{said}"
 
 
 class Gate:

@@ -154,11 +154,11 @@ class Preparer:
         problem = failure_of(result)
         if problem is not None:
             raise _Stop("resolver_failed", f"the resolver failed: {problem}")
-        if result.stdout_truncated:
+        if result.observation.stdout_truncated:
             raise _Stop("incomplete", "the resolver's output passed its cap")
         acceptor = Acceptor(python=self.runtime.version, candidate=candidate, index_sha256=self._index_sha256)
         try:
-            answer = accept(result.stdout, acceptor)
+            answer = accept(result.observation.stdout, acceptor)
         except Abort as abort:
             raise _Stop(abort.code, f"the resolver's answer was refused ({abort.detail})") from None
         if isinstance(answer, Failed):

@@ -110,15 +110,12 @@ class Outcome:
 
 
 def outcome_from_launcher(observation: object) -> Outcome:
-    """The one mapping from the launcher's observation of an op.
+    """The one mapping from the starter's observation (``steward.starter.OpResult`` or ``OpNotStarted``).
 
-    The observation is the session's ``steward.api.OpOutcome`` (``started``
-    says whether the op reached exec) or the starter's own ``OpResult`` or
-    ``OpNotStarted`` (which has a ``step``). An op that did not start is an
-    op child that failed before exec: it was forked, so it has a wait status,
-    but no exit code of its own.
+    An ``OpNotStarted`` (it has ``step``) is an op child that failed before
+    exec: it was forked, so it has a wait status, but no exit code of its own.
     """
-    if not getattr(observation, "started", not hasattr(observation, "step")):
+    if hasattr(observation, "step"):
         return Outcome(
             NOT_STARTED,
             observation.wait_status,

@@ -16,7 +16,7 @@ import shutil
 from typing import Callable
 
 from executor.runtime import Installer, Runtime
-from steward.api import Opened, OpOutcome, Ready, Sealed
+from steward.api import Opened, OpNotStarted, OpOutcome, OpResult, Ready, Sealed
 from steward.failure import SandboxFailure
 from test_receipts import BINDING
 
@@ -30,12 +30,17 @@ RUNTIME = Runtime(
 
 
 def outcome(op_id: str = "s.op-1", *, limit: str = "OK", wait_status: int = 0, stdout: bytes = b"", started: bool = True) -> OpOutcome:
+    observation = (
+        OpResult(
+            limit=limit, wait_status=wait_status, descendants_reaped=0, wall_ms=5, cpu_ms=4, max_rss_kib=1000,
+            stdout=stdout, stderr=b"", stdout_truncated=False, stderr_truncated=False,
+        )
+        if started
+        else OpNotStarted(step="execve", errno=2, wait_status=wait_status, descendants_reaped=0)
+    )
     return OpOutcome(
-        sandbox="s", op_id=op_id, pid=4242, starttime=99, pgid=4242, started=started, wait_status=wait_status,
-        descendants_reaped=0, limit=limit if started else None, wall_ms=5 if started else None,
-        cpu_ms=4 if started else None, max_rss_kib=1000 if started else None, stdout=stdout, stderr=b"",
-        stdout_truncated=False, stderr_truncated=False, step=None if started else "execve",
-        errno=None if started else 2, terminal_head=HEAD, head=HEAD,
+        sandbox="s", op_id=op_id, pid=4242, starttime=99, pgid=4242, observation=observation,
+        terminal_head=HEAD, head=HEAD,
     )
 
 

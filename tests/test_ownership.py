@@ -121,7 +121,7 @@ def test_run_one_hands_a_failed_start_back_as_evidence(session):
     session.failing_starts = {1}
     starter = Gate(session).starter(CASE_SERVICE, object())
     assert starter.run_one(["true"], env={}, timeout_ms=1, stdout_cap=1, stderr_cap=1) == LifecycleEvidence("start 1 failed on purpose")
-    assert starter.run_one(["true"], env={}, timeout_ms=1, stdout_cap=1, stderr_cap=1).limit == "OK"
+    assert starter.run_one(["true"], env={}, timeout_ms=1, stdout_cap=1, stderr_cap=1).observation.limit == "OK"
     assert session.closed_sandboxes == 1
 
 

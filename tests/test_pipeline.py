@@ -217,7 +217,8 @@ def test_a_resolver_output_cut_by_its_cap_is_never_accepted(tmp_path, staging, i
     """Step 4: an answer cut by the output cap may look complete; it is refused as incomplete."""
 
     def answer(op):
-        return dataclasses.replace(outcome(stdout=BEGIN + PIN + END), stdout_truncated=True)
+        whole = outcome(stdout=BEGIN + PIN + END)
+        return dataclasses.replace(whole, observation=dataclasses.replace(whole.observation, stdout_truncated=True))
 
     session = FakeSession(tmp_path / "s", answer)
     preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
