@@ -54,7 +54,7 @@ from executor.receipts import (
 from journal.createonly import open_directory, publish_once
 from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
-from journal.format import CAP, Kind
+from journal.format import CAP, Kind, networked_op
 from journal.reader import Reading, Verdict, read_journal
 from journal.seal import NAME as SEAL_NAME
 from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
@@ -91,6 +91,7 @@ REASONS = {
     "cleanup_unverified": "the stage's last cleanup evidence is not CLEANED",
     "head_mismatch": "the receipt's journal head is not a head the journal had after the op ended",
     "identity_mismatch": "the receipt's process identity is not its op's PROCESS_INTENT, or two receipts share an op",
+    "network_sandbox": "the receipt's op ran in a sandbox that had the host's network (S9: a case has loopback only)",
     "wait_status_mismatch": "the receipt's wait status is not its op's PROCESS_TERMINAL",
     "descendants_mismatch": "the receipt's descendant count is not its op's DESCENDANTS_TERMINAL",
     "not_started": "the op never reached exec",
@@ -268,6 +269,8 @@ def _journal_reason(receipt: Receipt, stage: _Stage) -> str | None:
     process = receipt.process
     if process is None:
         return None
+    if networked_op(process.op_id):
+        return "network_sandbox"
     intent = stage.records.get((Kind.PROCESS_INTENT, process.op_id))
     if intent is None or intent[1]["role"] != OP_ROLE or (
         intent[1]["pid"], intent[1]["starttime"], intent[1]["pgid"]

@@ -28,7 +28,7 @@ from typing import Sequence
 
 from journal.errors import one_line
 from journal.strictjson import decode_lossy
-from steward.api import Limits, OpOutcome, Ready
+from steward.api import LOOPBACK, Limits, OpOutcome, Ready
 from steward.failure import SandboxFailure
 
 OPEN, TAKEN, CLOSED = "open", "taken", "closed"
@@ -165,24 +165,34 @@ class StartFailed(CloseOnce):
 
 
 class Starter:
-    """The right to start sandboxes in one session, held by one owner."""
+    """The right to start sandboxes in one session, held by one owner in one role.
 
-    def __init__(self, session, owner: object) -> None:
+    Only the dependency preparer may ask for the host's network (the resolver and fetch of a network index);
+    every sandbox the case service starts has loopback only (S9).
+    """
+
+    def __init__(self, session, owner: object, role: str) -> None:
         self.session = session
         self.owner = owner
+        self.role = role
 
-    def start(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits()) -> Started | StartFailed:
+    def start(
+        self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(), network: str = LOOPBACK,
+    ) -> Started | StartFailed:
+        if network != LOOPBACK and self.role != PREPARER:
+            raise OwnershipError(f"the {self.role} starts sandboxes with loopback only, never the {network} network")
         try:
-            ready = self.session.start_sandbox(read=list(read), write=list(write), limits=limits)
+            ready = self.session.start_sandbox(read=list(read), write=list(write), limits=limits, network=network)
         except SandboxFailure as failure:
             return StartFailed(self.owner, str(failure))
         return Started(self.owner, self.session, ready)
 
     def run_one(
-        self, argv: Sequence[str], *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(), **op
+        self, argv: Sequence[str], *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(),
+        network: str = LOOPBACK, **op,
     ) -> OpOutcome | LifecycleEvidence:
         """Start a sandbox, take it, run one op, close it: the op's outcome, or the lifecycle evidence of a failure."""
-        outcome = self.start(read=read, write=write, limits=limits)
+        outcome = self.start(read=read, write=write, limits=limits, network=network)
         if isinstance(outcome, StartFailed):
             return outcome.close(self.owner)
         running = outcome.take(self.owner)
@@ -223,4 +233,4 @@ class Gate:
         if role in self.given:
             raise OwnershipError(f"the {role}'s starter was already given to {self.given[role]!r}")
         self.given[role] = owner
-        return Starter(self.session, owner)
+        return Starter(self.session, owner, role)

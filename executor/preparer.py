@@ -14,6 +14,16 @@ and the installer wheel; plus that wheel), then:
    ``requirements.txt`` with each pin's hash), and a second sandbox runs
    ``pip download --no-deps --only-binary=:all: --no-index --find-links
    /cap/index --require-hashes`` into the writable output ``deps``;
+
+With a network index (an http(s) URL) these two sandboxes, and only these,
+have the host's network (``network="host"``; every other sandbox of the
+session has loopback only, S9): the resolver reads the index's pages and
+wheels itself, its PINs are ACKed as claims (the trusted side has no
+network to hash them with), and the fetch is ``pip download --no-deps
+--only-binary=:all: --index-url URL --require-hashes``, so every byte comes
+from the index and must have the ACKed hash. Their environment is the
+sandbox allowlist and pip's fixed settings, never the caller's: no token,
+proxy, ``PIP_*`` or home directory of the host reaches them.
 3. **seal**: ``deps`` is sealed, its inventory digest is the dependency
    inventory digest, and the sealed files must be exactly the ACKed wheels
    with the ACKed hashes.
@@ -39,7 +49,7 @@ from executor.runtime import Runtime
 from executor.staging import Staging
 from journal.errors import Refused
 from launcher.protocol import MAX_OUTPUT_CAP
-from steward.api import MIB, Limits, Sealed
+from steward.api import HOST_NETWORK, LOOPBACK, MIB, Limits, OpOutcome, Sealed
 
 DEPS = "deps"
 REQUEST = "request"
@@ -100,26 +110,45 @@ class Preparer:
 
     def __init__(
         self, gate: Gate, session, *, staging: Staging, runtime: Runtime, index_fd: int | None,
-        progress: Callable[[str], None],
+        progress: Callable[[str], None], index_url: str | None = None,
     ) -> None:
+        if index_fd is not None and index_url is not None:
+            raise ValueError("an index is a find-links directory or a URL, not both")
         self.starter = gate.starter(PREPARER, self)
         self.session = session
         self.staging = staging
         self.runtime = runtime
         self.index_fd = index_fd
+        self.index_url = index_url
         self.progress = progress
+        # The sandboxes that had the host's network, as the session named them (``<stage>-<n>-net``).
+        self.networked: list[str] = []
 
     def __repr__(self) -> str:
         return PREPARER
 
+    @property
+    def network(self) -> str:
+        """The network of the resolve and fetch sandboxes: the host's only for a network index."""
+        return HOST_NETWORK if self.index_url is not None else LOOPBACK
+
     def _sandboxed(self, argv: list[str], *, read: Sequence[str], write: Sequence[str] = (), timeout_ms: int):
-        return self.starter.run_one(
-            argv, read=read, write=write, limits=Limits(tmp_bytes=256 * MIB), env={**SANDBOX_ENV, **PIP_ENV}, cwd="/work",
-            timeout_ms=timeout_ms, stdout_cap=MAX_OUTPUT_CAP, stderr_cap=MAX_OUTPUT_CAP,
+        result = self.starter.run_one(
+            argv, read=read, write=write, limits=Limits(tmp_bytes=256 * MIB), network=self.network,
+            env={**SANDBOX_ENV, **PIP_ENV}, cwd="/work", timeout_ms=timeout_ms, stdout_cap=MAX_OUTPUT_CAP,
+            stderr_cap=MAX_OUTPUT_CAP,
         )
+        if isinstance(result, OpOutcome) and self.network == HOST_NETWORK:
+            self.networked.append(result.sandbox)
+        return result
 
     def _index_sha256(self, file: str) -> str | None:
         return None if self.index_fd is None else hash_regular(self.index_fd, file)
+
+    def _index_argument(self) -> str:
+        if self.index_url is not None:
+            return self.index_url
+        return "/cap/index" if self.index_fd is not None else "-"
 
     def prepare(self, *, plan_digest: str, requirements: Sequence[str], candidate: dict[str, str]) -> Dependencies | Unresolved:
         """Resolve, fetch and seal the dependencies of the sealed ``candidate`` (project -> version)."""
@@ -148,7 +177,7 @@ class Preparer:
         read = ["tools", "candidate", REQUEST] + (["index"] if self.index_fd is not None else [])
         argv = [
             self.runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "resolve", f"/cap/{REQUEST}", "/cap/candidate/candidate",
-            "/cap/index" if self.index_fd is not None else "-",
+            self._index_argument(),
         ]
         result = self._sandboxed(argv, read=read, timeout_ms=RESOLVE_TIMEOUT_MS)
         problem = failure_of(result)
@@ -156,7 +185,10 @@ class Preparer:
             raise _Stop("resolver_failed", f"the resolver failed: {problem}")
         if result.observation.stdout_truncated:
             raise _Stop("incomplete", "the resolver's output passed its cap")
-        acceptor = Acceptor(python=self.runtime.version, candidate=candidate, index_sha256=self._index_sha256)
+        acceptor = Acceptor(
+            python=self.runtime.version, candidate=candidate,
+            index_sha256=None if self.index_url is not None else self._index_sha256,
+        )
         try:
             answer = accept(result.observation.stdout, acceptor)
         except Abort as abort:
@@ -170,11 +202,15 @@ class Preparer:
         self.staging.directory(PINS, {"pins.json": acks_bytes(pins), "requirements.txt": requirements_bytes(pins)}).hand_to(
             self.session
         )
+        if self.index_url is not None:
+            source, read = ("--index-url", self.index_url), [REQUEST, PINS]
+        else:
+            source, read = ("--no-index", "--find-links", "/cap/index"), ["index", REQUEST, PINS]
         argv = pip_argv(
-            self.runtime, "download", "--no-deps", "--only-binary=:all:", "--no-index", "--find-links", "/cap/index",
+            self.runtime, "download", "--no-deps", "--only-binary=:all:", *source,
             "--require-hashes", "--requirement", f"/cap/{PINS}/requirements.txt", "--dest", f"/out/{DEPS}",
         )
-        result = self._sandboxed(argv, read=["index", REQUEST, PINS], write=[DEPS], timeout_ms=FETCH_TIMEOUT_MS)
+        result = self._sandboxed(argv, read=read, write=[DEPS], timeout_ms=FETCH_TIMEOUT_MS)
         problem = failure_of(result)
         if problem is not None:
             raise _Stop("fetch_failed", f"pip download failed: {problem}")

@@ -46,6 +46,8 @@ FAIL_REASONS = {
     "conflict": "two requirements on one project admit no common version (the resolver does not backtrack)",
     "candidate_conflict": "a requirement on one of the candidate's own projects excludes the candidate's version",
     "metadata": "a wheel's METADATA is missing, unreadable or names another project or version",
+    "index": "a network index could not be read: unreachable, an HTTP error, a page it cannot parse, over a cap",
+    "index_hash": "a file a network index served does not have the sha256 its page states",
 }
 # Why the preparer aborts the protocol.
 ABORTS = {
@@ -176,10 +178,16 @@ class Acceptor:
     ``candidate`` maps each candidate project (canonical name) to its version,
     taken by the trusted side from the sealed extraction's wheel file names.
     ``index_sha256(file)`` is the trusted side's SHA-256 of a regular file of
-    the index, or None when there is no such file.
+    a find-links index, or None when there is no such file. For a network
+    index it is None: the trusted side has no network, so a PIN's file and
+    hash are ACKed as claims, the fetch is pinned to them (pip
+    ``--require-hashes`` against the index), and the sealed dependencies are
+    hashed again on the trusted side.
     """
 
-    def __init__(self, *, python: str, candidate: dict[str, str], index_sha256: Callable[[str], str | None]) -> None:
+    def __init__(
+        self, *, python: str, candidate: dict[str, str], index_sha256: Callable[[str], str | None] | None,
+    ) -> None:
         self.python = python
         self.candidate = dict(candidate)
         self.index_sha256 = index_sha256
@@ -253,11 +261,12 @@ class Acceptor:
             named = None
         if named != (name, version):
             raise Abort("file_mismatch", f"PIN leaf {self.seq}: {file} is not a wheel of {name} {version}")
-        trusted = self.index_sha256(file)
-        if trusted is None:
-            raise Abort("not_in_index", f"PIN leaf {self.seq}: {file} is not a regular file of the index")
-        if trusted != digest:
-            raise Abort("hash_mismatch", f"PIN leaf {self.seq}: {file} hashes to {trusted}, the leaf says {digest}")
+        if self.index_sha256 is not None:
+            trusted = self.index_sha256(file)
+            if trusted is None:
+                raise Abort("not_in_index", f"PIN leaf {self.seq}: {file} is not a regular file of the index")
+            if trusted != digest:
+                raise Abort("hash_mismatch", f"PIN leaf {self.seq}: {file} hashes to {trusted}, the leaf says {digest}")
         pin = Pin(self.seq, name, version, file, digest)
         self.pins.append(pin)
         return pin

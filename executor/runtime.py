@@ -9,7 +9,9 @@ sandboxed tools (the extractor and the resolver) run on it.
 The installer is pip, run from its wheel as a zip (``python PIP.whl/pip``),
 never from the network: the newest ``pip-X.Y[.Z]-py3-none-any.whl`` of the
 find-links index when it holds one, else the pip wheel the runtime bundles
-(``<stdlib>/ensurepip/_bundled/`` or Debian's ``/usr/share/python-wheels/``).
+(``<stdlib>/ensurepip/_bundled/``, ``<stdlib>/ensurepip/`` or Debian's
+``/usr/share/python-wheels/``). With a network index it is always the
+runtime's: the installer is needed before anything is read from the index.
 
 The runtime inventory (docs/pipeline.md) is a canonical JSON document naming
 the interpreter (path, size, SHA-256, version, cache tag), the standard
@@ -181,7 +183,7 @@ def _read_installer(directory_fd: int, name: str) -> bytes:
 def find_installer(index_fd: int | None, stdlib: str) -> Installer:
     """The pip wheel, read whole: the newest in the index, else the one the runtime bundles."""
     places = [("index", index_fd)] if index_fd is not None else []
-    for path in (os.path.join(stdlib, "ensurepip", "_bundled"), DEBIAN_WHEELS):
+    for path in (os.path.join(stdlib, "ensurepip", "_bundled"), os.path.join(stdlib, "ensurepip"), DEBIAN_WHEELS):
         if os.path.isdir(path):
             places.append(("runtime", path))
     for source, place in places:
@@ -196,7 +198,8 @@ def find_installer(index_fd: int | None, stdlib: str) -> Installer:
     raise Refused(
         "--index",
         "no pip wheel (pip-X.Y-py3-none-any.whl) is in the find-links index or bundled with the runtime; "
-        "casebox installs with pip run from its wheel, never from the network, so add one to the index",
+        "casebox installs with pip run from its wheel, never from the network, so add one to a find-links index "
+        "or install the runtime's (python3-pip-whl on Debian and Ubuntu)",
     )
 
 

@@ -72,6 +72,7 @@ class Attempt:
     index: str | None = None
     shard: tuple[int, int] | None = None
     attempt_number: int = 1
+    index_url: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,8 +185,15 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
             capability.hand_to(session)
         gate = Gate(session)
         service = CaseService(gate, session, runtime=runtime, progress=progress)
-        preparer = Preparer(gate, session, staging=staging, runtime=runtime, index_fd=index_fd, progress=progress)
+        preparer = Preparer(
+            gate, session, staging=staging, runtime=runtime, index_fd=index_fd, index_url=request.index_url, progress=progress,
+        )
         runs, notes = _cases(session, service, preparer, request, plan, cases, runtime)
+        if preparer.networked:
+            notes.append(
+                f"the host's network was given to the resolver and fetch sandboxes only ({', '.join(preparer.networked)}), "
+                f"for the index {request.index_url}"
+            )
         progress("cleanup and retirement")
         closing = True
         closed = session.close(evidence_fd)

@@ -39,6 +39,9 @@ MAX_HELPER_ATTEMPT = 255
 MAX_TARGET_BYTES = 4_095
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+# The steward names a sandbox that had the host's network <stage>-<n>-net (docs/launcher.md), so every op
+# id of it (<sandbox>.launcher, .init, .mount-N, .op-N) tells a reviewer and the evaluator so.
+NETWORK_SANDBOX_SUFFIX = "-net"
 HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 TARGET = re.compile(r"(?:/\Z|(?:/(?!\.\.?(?:/|\Z))[!-.0-~]+)+\Z)")
 NOTE = re.compile(r"[ -~]*\Z")
@@ -125,6 +128,11 @@ def encode_frame(kind: Kind, payload: bytes) -> bytes:
 
 
 # Payload schemas: each kind's frozen keys, every one required, none other allowed.
+
+def networked_op(op_id: str) -> bool:
+    """True when ``op_id`` belongs to a sandbox that had the host's network."""
+    return op_id.partition(".")[0].endswith(NETWORK_SANDBOX_SUFFIX)
+
 
 def pop_id(fields: ClosedObject, key: str) -> str:
     """The one id rule: journal, stage, attempt and op ids, here and in receipts."""

@@ -72,7 +72,7 @@ class Builder:
     def attach(self, tree: int, target: str) -> None:
         """Attach one detached capability or output tree; its MOUNT_INTENT was made before stage 1 cloned it."""
         relative = target.lstrip("/")
-        if target.startswith(("/cap/", "/out/")):
+        if target.startswith(("/cap/", "/out/")) or target == "/etc":
             os.mkdir(relative, 0o755)
         sc.move_mount(tree, "", sc.AT_FDCWD, relative, sc.MOVE_MOUNT_F_EMPTY_PATH)
         os.close(tree)

@@ -111,6 +111,7 @@ MESSAGES = {
             ("rlimit_nproc", "u64"),
             ("rlimit_nofile", "u64"),
             ("rlimit_fsize", "u64"),
+            ("host_network", "u8"),
         ),
     ),
     "IMPORT_DIR": (31, STARTER, 1, ()),

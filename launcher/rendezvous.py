@@ -74,9 +74,10 @@ def _is_named(target: str, directory: str) -> bool:
     return 0 < len(name) <= 64 and name[0] in _NAME_START and all(char in _NAME_CHARS for char in name)
 
 
-def is_capability_target(target: str) -> bool:
-    """Where a read-only CAPABILITY may go: /usr, or /cap/NAME."""
-    return target == "/usr" or _is_named(target, "/cap/")
+def is_capability_target(target: str, host_network: bool = False) -> bool:
+    """Where a read-only CAPABILITY may go: /usr, or /cap/NAME; and /etc in a sandbox with the host's network
+    (its resolver files, S9), never in one with loopback only."""
+    return target == "/usr" or _is_named(target, "/cap/") or (host_network and target == "/etc")
 
 
 def is_output_target(target: str) -> bool:
@@ -107,7 +108,7 @@ def receive_setup(channel: Channel, nonce: bytes) -> Setup:
         target = message.fields["target"]
         known = {target for _, target in setup.capabilities + setup.outputs}
         if message.name == "CAPABILITY":
-            valid, place, trees = is_capability_target(target), "/usr or a new /cap/NAME", setup.capabilities
+            valid, place, trees = is_capability_target(target, setup.fields["host_network"]), "/usr or a new /cap/NAME", setup.capabilities
         else:
             valid, place, trees = is_output_target(target), "a new /out/NAME", setup.outputs
         if not valid or target in known:

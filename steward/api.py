@@ -27,6 +27,10 @@ EVIDENCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}\Z")
 EVIDENCE_RULE = "must be one file name of A-Z a-z 0-9 . _ -, starting with a letter or digit, at most 255 bytes"
 MAX_EVIDENCE_BYTES = 64 << 10
 MAX_EVIDENCE_FILES = 254
+# A sandbox's network (docs/launcher.md, S9): its own namespace with only lo, or the steward's own.
+LOOPBACK = "loopback"
+HOST_NETWORK = "host"
+NETWORKS = (LOOPBACK, HOST_NETWORK)
 
 
 def check_name(name: object, where: str) -> str:
@@ -34,6 +38,12 @@ def check_name(name: object, where: str) -> str:
     if type(name) is not str or not NAME.match(name):
         raise StrictJSONError(where, NAME_RULE)
     return name
+
+
+def check_network(network: object, where: str) -> str:
+    if network not in NETWORKS:
+        raise StrictJSONError(where, f"must be one of {', '.join(NETWORKS)}")
+    return network
 
 
 def _int(fields: ClosedObject, key: str, high: int = MAX_SAFE_INTEGER) -> int:
@@ -106,7 +116,8 @@ class Opened:
 
 @dataclasses.dataclass(frozen=True)
 class Ready:
-    """A READY sandbox: its id, the journal head, and the launcher's proof of the drop (S5)."""
+    """A READY sandbox: its id, the journal head, the launcher's proof of the drop (S5), and the network
+    its pid 1 is in as the starter observed it (``loopback`` or ``host``, S9)."""
 
     sandbox: str
     head: str
@@ -118,6 +129,7 @@ class Ready:
     capabilities: int
     no_new_privs: bool
     proc_hidepid: bool
+    network: str = LOOPBACK
 
     def to_wire(self) -> dict:
         values = dataclasses.asdict(self)
@@ -140,6 +152,7 @@ class Ready:
             capabilities=_int(fields, "capabilities"),
             no_new_privs=fields.pop_bool("no_new_privs"),
             proc_hidepid=fields.pop_bool("proc_hidepid"),
+            network=check_network(fields.pop_str("network", max_bytes=16), f"{fields.path}.network"),
         )
         fields.done()
         return value

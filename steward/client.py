@@ -58,8 +58,12 @@ class RemoteSession:
         fields, _ = self._call("OUTPUT", {"name": name, "max_bytes": max_bytes, "max_inodes": max_inodes})
         fields.done()
 
-    def start_sandbox(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: api.Limits = api.Limits()) -> api.Ready:
-        fields, _ = self._call("START", {"read": list(read), "write": list(write), "limits": limits.to_wire()})
+    def start_sandbox(
+        self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: api.Limits = api.Limits(), network: str = api.LOOPBACK,
+    ) -> api.Ready:
+        fields, _ = self._call(
+            "START", {"read": list(read), "write": list(write), "limits": limits.to_wire(), "network": network}
+        )
         return api.Ready.from_wire(fields)
 
     def run(

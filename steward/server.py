@@ -184,8 +184,9 @@ class Connection:
     def _do_start(self, fields: ClosedObject, fds: list[int]):
         read, write = _names(fields, "read"), _names(fields, "write")
         limits = api.Limits.from_wire(fields.pop_object("limits"))
+        network = api.check_network(fields.pop_str("network", max_bytes=16), f"{fields.path}.network")
         fields.done()
-        return self.session.start_sandbox(read=read, write=write, limits=limits).to_wire(), ()
+        return self.session.start_sandbox(read=read, write=write, limits=limits, network=network).to_wire(), ()
 
     def _do_run(self, fields: ClosedObject, fds: list[int]):
         argv = _strings(fields, "argv", min_items=1, max_items=4_096)

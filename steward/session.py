@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 from journal.createonly import publish_once
 from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
-from journal.format import CAP, ID
+from journal.format import CAP, ID, NETWORK_SANDBOX_SUFFIX
 from journal.seal import NAME as SEAL_NAME
 from journal.writer import JournalWriter
 from steward import api, attempts, cleanup, dedicated, documents, outputs, procfs, retirement
@@ -320,12 +320,17 @@ class Session:
 
     # -- sandboxes ----------------------------------------------------------------
 
-    def start_sandbox(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits()) -> api.Ready:
+    def start_sandbox(
+        self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(), network: str = api.LOOPBACK,
+    ) -> api.Ready:
         """Start one sandbox: each ``read`` name (a capability or a sealed output) read-only at /cap/NAME,
-        each ``write`` name (an unsealed output) writable at /out/NAME. One sandbox at a time per session."""
+        each ``write`` name (an unsealed output) writable at /out/NAME. One sandbox at a time per session.
+        ``network`` is ``loopback`` (S9) or ``host``; a host-network sandbox is named ``<stage>-<n>-net``."""
         from steward.starter import Sandbox, Spec
 
         self._usable()
+        if network not in api.NETWORKS:
+            raise Refused("network", f"must be one of {', '.join(api.NETWORKS)}")
         if self.sandbox is not None:
             raise Refused("sandbox", "is already open; close it before starting another")
         names = list(read) + list(write)
@@ -352,8 +357,9 @@ class Session:
                 opened.append(fd)
                 writable.append((name, fd))
             self.sandboxes += 1
-            spec = Spec(self.settings.uid, self.settings.gid, tuple(capabilities), limits, tuple(writable))
-            sandbox = Sandbox(spec, self.ledger, self.root, f"{self.stage_id}-{self.sandboxes}")
+            spec = Spec(self.settings.uid, self.settings.gid, tuple(capabilities), limits, tuple(writable), network)
+            suffix = NETWORK_SANDBOX_SUFFIX if network == api.HOST_NETWORK else ""
+            sandbox = Sandbox(spec, self.ledger, self.root, f"{self.stage_id}-{self.sandboxes}{suffix}")
             try:
                 sandbox.boot()
             except BaseException:
@@ -380,6 +386,7 @@ class Session:
             capabilities=ready["cap_inh"] | ready["cap_prm"] | ready["cap_eff"] | ready["cap_bnd"] | ready["cap_amb"],
             no_new_privs=ready["no_new_privs"],
             proc_hidepid=ready["proc_hidepid"],
+            network=ready["network"],
         )
 
     def _note_outer(self, sandbox) -> None:

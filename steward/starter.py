@@ -31,8 +31,8 @@ import subprocess
 
 from launcher import drop, limits, protocol
 from launcher.protocol import Channel, ProtocolError
-from steward import cgroups, dedicated, procfs, provision
-from steward.api import Limits, OpNotStarted, OpResult
+from steward import cgroups, dedicated, hostnetwork, procfs, provision
+from steward.api import HOST_NETWORK, LOOPBACK, NETWORKS, Limits, OpNotStarted, OpResult
 from steward.failure import SandboxFailure
 from steward.ledger import IntentLedger
 from steward.runtime import open_runtime
@@ -49,13 +49,15 @@ _STDERR_TAIL = 2000
 class Spec:
     """What a sandbox gets. Each capability and output is (NAME, directory descriptor); the caller keeps
     ownership of the descriptors. A capability is mounted read-only at /cap/NAME, an output writable (nosuid,
-    nodev, noexec) at /out/NAME."""
+    nodev, noexec) at /out/NAME. ``network`` is ``loopback`` (a network namespace of its own with only lo,
+    S9) or ``host`` (the starter's own network namespace: only the resolver and fetch of a network index)."""
 
     uid: int
     gid: int
     capabilities: tuple[tuple[str, int], ...] = ()
     limits: Limits = Limits()
     outputs: tuple[tuple[str, int], ...] = ()
+    network: str = LOOPBACK
 
 
 def _reap(pid: int, seconds: float) -> int:
@@ -116,6 +118,8 @@ class Sandbox:
         self.staging_fd = -1
         self.launcher_name = f"launcher-{self.id}.pyz"
         self.socket_name = f"rendezvous-{self.id}.sock"
+        self.etc_name = f"{hostnetwork.PREFIX}{self.id}"
+        self.etc_made = False
         self.stage_one: subprocess.Popen | None = None
         self.unreaped: dict[int, str] = {}
         self.init_pid = 0
@@ -129,6 +133,8 @@ class Sandbox:
         # None until teardown; then True only if the outer group was proved absent (C3).
         self.outer_absent: bool | None = None
         self.ready: dict | None = None
+        if spec.network not in NETWORKS:
+            raise ValueError(f"network must be one of {NETWORKS}")
 
     # -- start -----------------------------------------------------------
 
@@ -162,10 +168,15 @@ class Sandbox:
             *(("OUTPUT", fd, f"/out/{name}") for name, fd in self.spec.outputs),
         ]
         runtime = None
+        etc_fd = -1
         try:
             runtime = open_runtime()
             data, digest = provision.shipped()
             self.staging_fd, root_path = provision.open_staging(self.state_root)
+            if self.spec.network == HOST_NETWORK:
+                self.etc_made = True
+                etc_fd = hostnetwork.make_etc(self.staging_fd, self.etc_name)
+                trees.insert(1, ("CAPABILITY", etc_fd, hostnetwork.TARGET))
             shown = os.path.join(root_path, provision.STAGING, self.launcher_name)
             provision.provision(self.staging_fd, self.launcher_name, data, shown=shown)
             launcher_fd = provision.open_verified(self.staging_fd, self.launcher_name, digest, shown=shown)
@@ -184,6 +195,8 @@ class Sandbox:
             self._setup(digest, runtime, trees)
         finally:
             os.close(usr_fd)
+            if etc_fd >= 0:
+                os.close(etc_fd)
             if runtime is not None:
                 runtime.close()
         self._bootstrap()
@@ -279,6 +292,7 @@ class Sandbox:
             rlimit_nproc=caps.processes + 2,
             rlimit_nofile=caps.files,
             rlimit_fsize=caps.file_size,
+            host_network=spec.network == HOST_NETWORK,
         )
         self.channel.leaf("IMPORT_DIR", (runtime.import_dir_fd,))
         self.channel.leaf("INTERPRETER", (runtime.interpreter_fd,), path=runtime.interpreter)
@@ -301,8 +315,12 @@ class Sandbox:
                     drop.check(observations, self.spec.uid, self.spec.gid)
                 except drop.DropError as error:
                     raise ProtocolError(str(error)) from None
+                network = hostnetwork.network_of(self.init_pid)
+                if network != self.spec.network:
+                    # S9: a sandbox meant to have loopback only never gets an op in the host's network.
+                    raise ProtocolError(f"pid 1 has the {network} network, not the {self.spec.network} network asked for")
                 self.hidepid = message.fields["proc_hidepid"]
-                self.ready = dict(message.fields)
+                self.ready = dict(message.fields, network=network)
                 self.channel.ack(message)
                 self.channel.sock.settimeout(None)
                 return
@@ -457,6 +475,9 @@ class Sandbox:
                 os.unlink(self.launcher_name, dir_fd=self.staging_fd)
             except FileNotFoundError:
                 pass
+            if self.etc_made:
+                hostnetwork.remove_etc(self.staging_fd, self.etc_name)
+                self.etc_made = False
             os.close(self.staging_fd)
             self.staging_fd = -1
 

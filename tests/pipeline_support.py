@@ -50,6 +50,8 @@ class Op:
     read: list[str]
     write: list[str]
     outputs: dict[str, pathlib.Path]
+    network: str = "loopback"
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class FakeSession:
@@ -79,18 +81,18 @@ class FakeSession:
     def create_output(self, name: str, *, max_bytes: int = 0, max_inodes: int = 0) -> None:
         (self.root / "live" / name).mkdir()
 
-    def start_sandbox(self, *, read=(), write=(), limits=None) -> Ready:
+    def start_sandbox(self, *, read=(), write=(), limits=None, network="loopback") -> Ready:
         assert self.open is None, "one sandbox at a time"
         self.starts += 1
         if self.starts in self.failing_starts:
             raise SandboxFailure(f"start {self.starts} failed on purpose")
-        self.open = (list(read), list(write))
-        return Ready(f"s{self.starts}", HEAD, ("1",) * 4, ("1",) * 4, "", 1, 0, 0, True, True)
+        self.open = (list(read), list(write), network)
+        return Ready(f"s{self.starts}", HEAD, ("1",) * 4, ("1",) * 4, "", 1, 0, 0, True, True, network)
 
     def run(self, argv, **op) -> OpOutcome:
         assert self.open is not None
-        read, write = self.open
-        record = Op(list(argv), read, write, {name: self.root / "live" / name for name in write})
+        read, write, network = self.open
+        record = Op(list(argv), read, write, {name: self.root / "live" / name for name in write}, network, dict(op["env"]))
         self.ops.append(record)
         return self.answer(record)
 

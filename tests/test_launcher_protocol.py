@@ -210,18 +210,22 @@ def test_output_encodes_to_the_documented_bytes():
     assert protocol.decode(OUTPUT_BYTES) == ("OUTPUT", 5, {"target": "/out/tree"})
 
 
-@pytest.mark.parametrize("message, target, accepted", [
-    ("CAPABILITY", "/usr", True),
-    ("CAPABILITY", "/cap/data", True),
-    ("CAPABILITY", "/out/data", False),
-    ("OUTPUT", "/out/data", True),
-    ("OUTPUT", "/cap/data", False),
-    ("OUTPUT", "/usr", False),
-    ("OUTPUT", "/out/../etc", False),
-    ("OUTPUT", "/out/", False),
+@pytest.mark.parametrize("message, target, accepted, host_network", [
+    ("CAPABILITY", "/usr", True, False),
+    ("CAPABILITY", "/cap/data", True, False),
+    ("CAPABILITY", "/out/data", False, False),
+    ("CAPABILITY", "/etc", False, False),
+    ("CAPABILITY", "/etc", True, True),
+    ("OUTPUT", "/out/data", True, False),
+    ("OUTPUT", "/cap/data", False, False),
+    ("OUTPUT", "/usr", False, False),
+    ("OUTPUT", "/out/../etc", False, False),
+    ("OUTPUT", "/out/", False, False),
+    ("OUTPUT", "/etc", False, True),
 ])
-def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_they_belong(pair, message, target, accepted):
-    """S4: a writable tree only at /out/NAME, a read-only one only at /usr or /cap/NAME, each target once."""
+def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_they_belong(pair, message, target, accepted, host_network):
+    """S4: a writable tree only at /out/NAME, a read-only one only at /usr or /cap/NAME, each target once;
+    S9: /etc (the host's resolver files) only in a sandbox with the host's network, never in a loopback one."""
     from launcher import rendezvous
 
     starter, launcher = pair
@@ -230,7 +234,8 @@ def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_the
         launcher.leaf = lambda name, fds=(), **fields: None
         for name, fds, fields in [
             ("SETUP", (), {"digest": b"\x00" * 32, "uid": 7, "gid": 7, "hostname": "h", "tmp_bytes": 1, "work_bytes": 1,
-                           "rlimit_as": 1, "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1}),
+                           "rlimit_as": 1, "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1,
+                           "host_network": host_network}),
             ("IMPORT_DIR", (directory,), {}),
             ("INTERPRETER", (directory,), {"path": "/usr/bin/python3"}),
             (message, (directory,), {"target": target}),

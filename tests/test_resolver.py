@@ -13,7 +13,7 @@ import pytest
 
 from executor import inside
 from executor.preparer import hash_regular
-from executor.resolver import Resolution, vendored_packaging
+from executor.resolver import LocalIndex, Resolution, vendored_packaging
 from executor.resolverproto import Acceptor, accept, request_bytes
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ def dirs(tmp_path):
 
 
 def resolve(candidate, index, *requirements: str) -> list[dict]:
-    resolution = Resolution(packaging, candidate_dir=str(candidate), index_dir=str(index), requirements=requirements)
+    resolution = Resolution(packaging, candidate_dir=str(candidate), index=LocalIndex(str(index)), requirements=requirements)
     return [json.loads(line) for line in resolution.leaves()]
 
 
@@ -132,7 +132,7 @@ def test_the_leaves_pass_the_preparers_acceptor(dirs):
     candidate, index = dirs
     wheel(candidate, "demo-app", "1.0", "lib")
     wheel(index, "lib", "1.0")
-    resolution = Resolution(packaging, candidate_dir=str(candidate), index_dir=str(index), requirements=())
+    resolution = Resolution(packaging, candidate_dir=str(candidate), index=LocalIndex(str(index)), requirements=())
     fd = os.open(index, os.O_RDONLY | os.O_DIRECTORY)
     try:
         acceptor = Acceptor(python=resolution.python, candidate={"demo-app": "1.0"}, index_sha256=lambda f: hash_regular(fd, f))

@@ -43,6 +43,7 @@ def _verify(args: argparse.Namespace) -> int:
     from executor.preflight import check_attempt, check_sha256
     from executor.receipts import MAX_ATTEMPT_NUMBER
     from executor.shard import parse_shard
+    from executor.simpleindex import check_index_url
     from executor.verify import Attempt, verify
 
     attempt_id = check_attempt(args.attempt, "--attempt")
@@ -50,12 +51,9 @@ def _verify(args: argparse.Namespace) -> int:
     if not 1 <= args.attempt_number <= MAX_ATTEMPT_NUMBER:
         raise Refused("--attempt-number", f"must be from 1 to {MAX_ATTEMPT_NUMBER}")
     shard = None if args.shard is None else parse_shard(args.shard, "--shard")
+    index_url = None
     if args.index is not None and "://" in args.index:
-        raise Refused(
-            "--index",
-            f"{args.index} is a network index, which casebox does not support: resolution runs in a sandbox with "
-            "loopback only and no token ever enters one, so give a local find-links directory (docs/pipeline.md)",
-        )
+        index_url = check_index_url(args.index, "--index")
     root = args.root
     config = configuration.load(args.config).overridden(state_root=args.state_root)
     request = Attempt(
@@ -65,9 +63,10 @@ def _verify(args: argparse.Namespace) -> int:
         verifier_tree=resolve_inside(args.verifier_tree, root, "--verifier-tree"),
         attempt_id=attempt_id,
         evidence=resolve_inside(args.evidence, root, "--evidence"),
-        index=None if args.index is None else resolve_inside(args.index, root, "--index"),
+        index=None if args.index is None or index_url else resolve_inside(args.index, root, "--index"),
         shard=shard,
         attempt_number=args.attempt_number,
+        index_url=index_url,
     )
     return show(verify(config, request, progress=progress_printer()))
 
@@ -78,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run a candidate bundle against a plan in sandboxes and evaluate the evidence (root)",
         description="One verification attempt, as root (docs/pipeline.md): preflight the bundle (size and sha256, "
         "data only); extract it in a sandbox as the dedicated UID and seal it; resolve its dependencies from the "
-        "find-links index in a sandbox and fetch them with pip; install once; run every case of the plan (or of "
+        "index in a sandbox and fetch them with pip; install once; run every case of the plan (or of "
         "the shard) in a sandbox of its own, each with a receipt; clean up, retire the stage into a sealed "
         "tombstone and write the journal, the seal marker and the receipts into --evidence; evaluate them. "
         "Prints the verdict table, the evidence and tombstone paths, and exits like casebox evaluate: 0 PASS, "
@@ -97,8 +96,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="where the journal, seal.json and the receipts are written: an empty or absent directory",
     )
     command.add_argument(
-        "--index", metavar="DIR",
-        help="the local find-links directory dependencies are resolved from (offline); must pass F4. A URL is refused",
+        "--index", metavar="DIR|URL",
+        help="where dependencies are resolved from: a local find-links directory (offline; must pass F4), or the "
+        "http(s) URL of a simple index (PEP 503/691; no user:pass@, query or fragment), which gives the resolver "
+        "and fetch sandboxes, and only those, the host's network",
     )
     command.add_argument("--shard", metavar="i/n", help="run only shard i of n of the plan's cases (casebox plan shard)")
     command.add_argument(
