@@ -134,11 +134,14 @@ class Stage:
         journal_descendants: int | None = None,
         journal_role: str = OP_ROLE,
         journal_reaper: str = OP_REAPER,
+        sandbox: str | None = None,
     ) -> ProcessIdentity:
-        """Journal an op as the starter does; the ``journal_*`` options make the journal disagree with the receipt."""
+        """Journal an op as the starter does; the ``journal_*`` options make the journal disagree with the receipt.
+        ``sandbox`` names the op as the starter does, ``<sandbox>.op-N``."""
         self.ops += 1
         pid = next(_pids)
-        process = ProcessIdentity(f"op-{self.ops}", pid, 90_000 + pid, pid)
+        op_id = f"op-{self.ops}" if sandbox is None else f"{sandbox}.op-{self.ops}"
+        process = ProcessIdentity(op_id, pid, 90_000 + pid, pid)
         self.writer.process_intent(process.op_id, journal_role, process.pid, process.starttime, process.pgid)
         self.writer.process_released(process.op_id)
         wait = run.wait_status if journal_wait is None else journal_wait

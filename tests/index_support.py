@@ -41,15 +41,35 @@ def build_simple(source: pathlib.Path, target: pathlib.Path, *, stated: dict[str
 
 
 class IndexServer:
-    """Serves ``root`` on 127.0.0.1 from a thread; ``requests`` is every (path, headers) it was sent."""
+    """Serves ``root`` on 127.0.0.1 from a thread; ``requests`` is every (path, headers) it was sent.
+    ``swap_for_pip`` maps a path to other bytes served only to pip (the fetch), not to the resolver;
+    ``redirects`` maps a path to the Location of a 302."""
 
-    def __init__(self, root: pathlib.Path) -> None:
+    def __init__(
+        self, root: pathlib.Path, *, swap_for_pip: dict[str, bytes] | None = None, redirects: dict[str, str] | None = None,
+    ) -> None:
         self.requests: list[tuple[str, dict[str, str]]] = []
         recorded = self.requests
+        swapped = swap_for_pip or {}
+        moved = redirects or {}
 
         class Handler(http.server.SimpleHTTPRequestHandler):
             def do_GET(self) -> None:
                 recorded.append((self.path, dict(self.headers.items())))
+                if self.path in moved:
+                    self.send_response(302)
+                    self.send_header("Location", moved[self.path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if self.path in swapped and self.headers.get("User-Agent", "").startswith("pip/"):
+                    body = swapped[self.path]
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 super().do_GET()
 
             def log_message(self, *args) -> None:

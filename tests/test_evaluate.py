@@ -417,6 +417,13 @@ def test_a_wait_status_that_disagrees_with_the_journal_is_unverified_never_pass(
     assert judge_single_run(tmp_path, "python-module", Run(), journal_wait=exited(1)) == (UNVERIFIED, "wait_status_mismatch")
 
 
+@pytest.mark.parametrize("sandbox, expected", [("stage-1-4-net", (UNVERIFIED, "network_sandbox")), ("stage-1-4", (PASS, "passed"))])
+def test_a_receipt_from_a_sandbox_that_had_the_host_network_is_unverified(tmp_path, sandbox, expected):
+    """S9, E1: only the resolver and fetch of a network index get the host's network (a sandbox named
+    <stage>-<n>-net in the journal); a case's receipt whose op ran in one is never a PASS."""
+    assert judge_single_run(tmp_path, "python-module", Run(), sandbox=sandbox) == expected
+
+
 def test_a_process_identity_the_journal_never_recorded_is_unverified(tmp_path):
     """E1: the receipt's (pid, starttime, pgid) must be its op's PROCESS_INTENT."""
     assert tampered_receipt(tmp_path, lambda value: value["process"].update(starttime=value["process"]["starttime"] + 1)) == (UNVERIFIED, "identity_mismatch")

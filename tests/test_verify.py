@@ -292,10 +292,22 @@ def test_the_state_root_is_never_a_capability(casebox, attempt, world):
     refused(casebox, {**attempt, "--verifier-tree": str(base / "state"), "--root": "/"}, "state root")
 
 
-def test_a_network_index_is_refused(casebox, attempt):
-    """Step 4: no sandbox gets network; --index URL is refused with the reason."""
-    sentence = refused(casebox, {**attempt, "--index": "https://pypi.org/simple"}, "--index")
-    assert "network index" in sentence
+@pytest.mark.parametrize("url, rule", [
+    ("http://casebox:s3cret@127.0.0.1:8080/simple/", "no user information"),
+    ("https://ghp_token@pypi.example/simple/", "no user information"),
+    ("http://127.0.0.1:8080/simple/?token=x", "no query"),
+    ("http://127.0.0.1:8080/simple/#frag", "no fragment"),
+    ("http://127.0.0.1:8080/simple/\\@evil/", "no spaces or quotes"),
+    ("file:///srv/index/", "not an http or https URL"),
+    ("ftp://127.0.0.1/simple/", "not an http or https URL"),
+    ("http:///simple/", "names no host"),
+    ("http://127.0.0.1:99999/simple/", "names no host, or an invalid port"),
+])
+def test_an_index_url_other_than_plain_http_or_https_is_refused(casebox, attempt, url, rule):
+    """Issue 7, no token ever passes into the networked sandbox: user information, a query, a fragment, another
+    scheme, no host or a bad port are refused with exit 64 before anything is written."""
+    sentence = refused(casebox, {**attempt, "--index": url}, "--index")
+    assert rule in sentence
 
 
 def test_a_path_that_resolves_outside_the_perimeter_is_refused(casebox, attempt, tmp_path):
