@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 
 from executor.frontend import read_capped
@@ -19,6 +20,7 @@ CONFIG_MAX_BYTES = 65_536
 # systemd DynamicUser ranges, and below 2^31 so no tool reads it as negative.
 DEFAULT_SANDBOX_ID = 2_000_000_000
 MAX_ID = 2**32 - 2
+GROUP_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +30,7 @@ class Config:
     sandbox_uid: int = DEFAULT_SANDBOX_ID
     sandbox_gid: int = DEFAULT_SANDBOX_ID
     client_uids: tuple[int, ...] = (0,)
+    socket_group: str | int = "casebox"
     source: str = "built-in defaults"
 
     def overridden(self, **flags: object) -> "Config":
@@ -56,6 +59,10 @@ def _check(name: str, value: object, where: str) -> object:
         if type(value) not in (list, tuple) or not value or any(type(uid) is not int or not 0 <= uid <= MAX_ID for uid in value):
             raise Refused(where, "must be a non-empty list of user ids")
         return tuple(value)
+    if name == "socket_group":
+        if (type(value) is int and 0 <= value <= MAX_ID) or (type(value) is str and GROUP_NAME.match(value)):
+            return value
+        raise Refused(where, "must be a group name (a-z 0-9 _ -, at most 32) or a group id")
     raise Refused(where, "is not a known setting")
 
 

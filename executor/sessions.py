@@ -3,7 +3,9 @@
 - :func:`open_session`: the daemon's session over its socket when one
   answers; otherwise, for root, an embedded steward running the same code in
   this process for this one session (the journal and the evidence are the
-  same); otherwise exit 70 with what to do.
+  same); otherwise exit 70 with what to do. ``embedded=True`` (verify's and
+  demo's explicit ``--state-root``) skips the daemon: that state root is
+  this process's, never the daemon's.
 - :func:`steward_for`: a :class:`~steward.session.Steward` with this
   configuration and the one capability predicate (F4).
 """
@@ -11,14 +13,20 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from executor.capability import check_descriptor
 from executor.config import Config
 from executor.frontend import InternalFailure
-from steward.session import CapabilityCheck, Settings
+
+if TYPE_CHECKING:
+    from steward.session import CapabilityCheck, Settings
+
+# The root side (steward.session: psutil, the starter, the cleanup helper) is imported only where a steward
+# is made, so an unprivileged client of the daemon runs on the standard library, journal/ and steward.client.
 
 
-def capability_check(state_root: str) -> CapabilityCheck:
+def capability_check(state_root: str) -> "CapabilityCheck":
     """F4's one predicate (``executor.capability``) for every directory a client hands the steward."""
 
     def check(fd: int, name: str) -> None:
@@ -27,7 +35,9 @@ def capability_check(state_root: str) -> CapabilityCheck:
     return check
 
 
-def settings_from(config: Config) -> Settings:
+def settings_from(config: Config) -> "Settings":
+    from steward.session import Settings
+
     return Settings(state_root=config.state_root, uid=config.sandbox_uid, gid=config.sandbox_gid)
 
 
@@ -40,21 +50,31 @@ def steward_for(config: Config):
     return Steward(settings_from(config), capability_check=capability_check(config.state_root))
 
 
-def open_session(config: Config, attempt_id: str):
+def open_session(config: Config, attempt_id: str, *, embedded: bool = False):
     """A session from the daemon at ``config.socket``, else (as root) from an embedded steward."""
     from steward import client
 
-    try:
-        return client.connect(config.socket).open_session(attempt_id)
-    except client.Unreachable:
-        if os.geteuid() != 0:
-            raise InternalFailure(
-                f"no steward listens on {config.socket}, and the embedded steward needs root; "
-                "start casebox-steward.service or run this with sudo."
-            ) from None
+    if not embedded:
+        try:
+            return client.connect(config.socket).open_session(attempt_id)
+        except client.Unreachable:
+            if os.geteuid() != 0:
+                raise InternalFailure(
+                    f"no steward listens on {config.socket}, and the embedded steward needs root; "
+                    "start casebox-steward.service or run this with sudo."
+                ) from None
     steward = steward_for(config)
     try:
         return steward.open_session(attempt_id, single=True)
     except BaseException:
         steward.close()
         raise
+
+
+def steward_of(session, config: Config) -> str:
+    """Which steward serves ``session``, for verify's and demo's output."""
+    from steward.client import RemoteSession
+
+    if isinstance(session, RemoteSession):
+        return f"the daemon at {config.socket}"
+    return f"embedded in this process, state root {config.state_root}"

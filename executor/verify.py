@@ -13,9 +13,10 @@
 6. **evaluate** that directory, exactly as an unprivileged ``casebox
    evaluate`` would.
 
-The session is the embedded steward's (executor/sessions.py). A failure
-after the session opened abandons it, which still cleans up and retires the
-stage, and then re-raises.
+The session is the daemon's when its socket answers, else an embedded
+steward's (executor/sessions.py); an explicit ``--state-root`` always runs
+the steward embedded. A failure after the session opened abandons it, which
+still cleans up and retires the stage, and then re-raises.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class Verified:
     tombstone: str
     runs: tuple[CaseRun, ...]
     notes: tuple[str, ...]
+    steward: str
 
 
 def load_plan(path: str) -> Plan:
@@ -141,8 +143,8 @@ def _evidence_directory(path: str) -> tuple[int, bool]:
     return fd, made
 
 
-def verify(config: Config, request: Attempt, *, progress: Callable[[str], None]) -> Verified:
-    """Run the attempt; refusals (exit 64) come before anything is written."""
+def verify(config: Config, request: Attempt, *, progress: Callable[[str], None], embedded: bool = False) -> Verified:
+    """Run the attempt; refusals (exit 64) come before anything is written. ``embedded``: never the daemon."""
     plan = load_plan(request.plan)
     cases = shard_cases(plan, request.shard, config.state_root)
     capabilities: list[DirectoryCapability] = []
@@ -160,7 +162,7 @@ def verify(config: Config, request: Attempt, *, progress: Callable[[str], None])
         capabilities.append(staging.directory("tools", _tools()))
         evidence_fd, made = _evidence_directory(request.evidence)
         try:
-            return _attempt(config, request, plan, cases, capabilities, staging, runtime, index_fd, evidence_fd, progress)
+            return _attempt(config, request, plan, cases, capabilities, staging, runtime, index_fd, evidence_fd, progress, embedded)
         except BaseException:
             if made and not os.listdir(evidence_fd):
                 os.rmdir(request.evidence)
@@ -176,9 +178,11 @@ def verify(config: Config, request: Attempt, *, progress: Callable[[str], None])
         staging.close()
 
 
-def _attempt(config, request, plan, cases, capabilities, staging, runtime, index_fd, evidence_fd, progress) -> Verified:
+def _attempt(config, request, plan, cases, capabilities, staging, runtime, index_fd, evidence_fd, progress, embedded) -> Verified:
     progress(f"opening a session for attempt {request.attempt_id}")
-    session = sessions.open_session(config, request.attempt_id)
+    session = sessions.open_session(config, request.attempt_id, embedded=embedded)
+    steward = sessions.steward_of(session, config)
+    progress(f"steward: {steward}")
     closing = False
     try:
         for capability in capabilities:
@@ -209,7 +213,7 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
     judged = frozenset(case.id for _, case in cases)
     expected = Expected(plan, request.attempt_id, request.sha256, request.attempt_number, judged)
     report = evaluate(expected, [request.evidence])
-    return Verified(report, request.evidence, closed.tombstone, tuple(runs), tuple(notes))
+    return Verified(report, request.evidence, closed.tombstone, tuple(runs), tuple(notes), steward)
 
 
 def _cases(session, service, preparer, request, plan, cases, runtime) -> tuple[list[CaseRun], list[str]]:

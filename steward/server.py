@@ -1,7 +1,8 @@
 """The steward daemon: ``casebox steward serve`` (docs/steward-protocol.md, docs/operations.md).
 
-It listens on a Unix SOCK_SEQPACKET socket (mode 0660 with group ``casebox``
-when that group exists, else 0600, root only), authenticates each peer with
+It listens on a Unix SOCK_SEQPACKET socket (mode 0660 with the group
+``socket_group``, by default ``casebox``, when that group exists, else 0600,
+root only), authenticates each peer with
 SO_PEERCRED against ``client_uids``, and serves one session per connection,
 each in its own thread, through the same :class:`~steward.session.Session`
 the embedded mode uses. A refused peer and every protocol failure are
@@ -246,13 +247,26 @@ def _refuse(connection: Connection) -> None:
         sock.close()
 
 
+def socket_gid(group: str | int) -> int | None:
+    """The gid that may connect to the socket: ``group`` as a gid, or the gid of the group so named (None if none)."""
+    if type(group) is int:
+        return group
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        return None
+
+
 class Server:
     """The listening socket and its connections."""
 
-    def __init__(self, steward: Steward, *, socket_path: str, client_uids: tuple[int, ...]) -> None:
+    def __init__(
+        self, steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], socket_group: str | int = SOCKET_GROUP,
+    ) -> None:
         self.steward = steward
         self.socket_path = socket_path
         self.client_uids = frozenset(client_uids)
+        self.socket_group = socket_group
         self.listener: socket.socket | None = None
         self.connections: set[Connection] = set()
         self.threads: set[threading.Thread] = set()
@@ -271,17 +285,14 @@ class Server:
                 listener.bind(self.socket_path)
             finally:
                 os.umask(old)
-            try:
-                group = grp.getgrnam(SOCKET_GROUP).gr_gid
-            except KeyError:
-                group = None
+            group = socket_gid(self.socket_group)
             if group is None:
                 os.chmod(self.socket_path, 0o600)
-                access = "mode 0600, root only (no group casebox)"
+                access = f"mode 0600, root only (no group {self.socket_group})"
             else:
                 os.chown(self.socket_path, 0, group)
                 os.chmod(self.socket_path, 0o660)
-                access = "mode 0660, group casebox"
+                access = f"mode 0660, group {self.socket_group}"
             listener.listen(BACKLOG)
         except BaseException:
             listener.close()
@@ -382,9 +393,9 @@ class Server:
         os.close(self._stop_write)
 
 
-def serve(steward: Steward, *, socket_path: str, client_uids: tuple[int, ...]) -> int:
+def serve(steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], socket_group: str | int = SOCKET_GROUP) -> int:
     """Run the daemon until SIGTERM or SIGINT; the exit code."""
-    server = Server(steward, socket_path=socket_path, client_uids=client_uids)
+    server = Server(steward, socket_path=socket_path, client_uids=client_uids, socket_group=socket_group)
     access = server.listen()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: server.stop())

@@ -265,7 +265,7 @@ def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(t
 
     session.create_output = create_output
     session.abandon = lambda: calls.append("abandon")
-    monkeypatch.setattr(verification.sessions, "open_session", lambda config, attempt_id: session)
+    monkeypatch.setattr(verification.sessions, "open_session", lambda config, attempt_id, embedded=False: session)
     data = (REPO / "examples" / "plan.json").read_bytes()
     (tmp_path / "plan.json").write_bytes(data)
     (tmp_path / "bundle.tar").write_bytes(b"bundle bytes")

@@ -75,7 +75,7 @@ def _demo(args: argparse.Namespace) -> int:
         evidence=os.path.join(work, "evidence"),
         index=os.path.join(examples, "index"),
     )
-    verified = verify(config, request, progress=progress)
+    verified = verify(config, request, progress=progress, embedded=args.state_root is not None)
     report = verified.report
     print(f"attempt: {request.attempt_id}")
     print(f"bundle: {request.bundle}")
@@ -83,6 +83,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(table(report, DESIGNED))
     for note in verified.notes:
         print(f"note: {note}")
+    print(f"steward: {verified.steward}")
     print(f"evidence: {verified.evidence}")
     print(f"tombstone: {verified.tombstone}")
     got = {result.case_id: result.status for result in report.cases}
@@ -101,10 +102,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the ten-case demo end to end and check every case got its designed status (root)",
         description="As root, from a checkout: build the demo candidate (examples/candidate) into a fresh "
         "directory under /tmp, pack it, and run casebox verify on examples/plan.json with the verifier tree and "
-        "offline index of examples/ and a fresh attempt id. Prints each case's designed and actual status, the "
-        "evidence and tombstone paths and the verdict. Exit 0 only when every case got the status it was designed "
+        "offline index of examples/ and a fresh attempt id. When a steward daemon answers on the configured socket "
+        "the session is the daemon's (its state root, its tombstone), else an embedded steward's; --state-root "
+        "always runs it embedded on that state root. Prints each case's designed and actual status, which steward "
+        "served it, the evidence and tombstone paths and the verdict. Exit 0 only when every case got the status it was designed "
         "to get and the verdict is the designed UNVERIFIED (examples/README.md says why); 1 otherwise; 64 for "
         "refused input, 70 when the host or a sandbox failed.",
     )
-    command.add_argument("--state-root", metavar="DIR", help="the steward's state root (default: configuration)")
+    command.add_argument(
+        "--state-root", metavar="DIR",
+        help="run the steward embedded on this state root, even when a daemon answers (default: the daemon if it "
+        "answers, else embedded on the configured state root)",
+    )
     command.set_defaults(handler=_demo)

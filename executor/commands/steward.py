@@ -14,7 +14,9 @@ def _serve(args: argparse.Namespace) -> int:
     config = configuration.load(args.config).overridden(socket=args.socket, state_root=args.state_root)
     steward = steward_for(config)
     try:
-        return server.serve(steward, socket_path=config.socket, client_uids=config.client_uids)
+        return server.serve(
+            steward, socket_path=config.socket, client_uids=config.client_uids, socket_group=config.socket_group
+        )
     finally:
         steward.close()
 
@@ -28,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve = commands.add_parser(
         "serve",
         help="serve steward sessions on a Unix socket until SIGTERM",
-        description="As root: listen on the socket (mode 0660 with group casebox when that group exists, else 0600, "
-        "root only), authenticate each client with SO_PEERCRED against client_uids, and serve one session per "
+        description="As root: listen on the socket (mode 0660 with the configured socket_group, by default casebox, "
+        "when that group exists, else 0600, root only), authenticate each client with SO_PEERCRED against client_uids, and serve one session per "
         "connection: stages, sandboxes, outputs, cleanup proof, retirement into sealed tombstones. A client that "
         "disconnects before CLOSE has its session cleaned up and retired as UNVERIFIED. Refusals are logged on "
         "stderr. Sends READY=1 to NOTIFY_SOCKET when set. SIGTERM or SIGINT stops it (exit 0).",

@@ -31,6 +31,7 @@ def show(verified) -> int:
     print(table(verified.report))
     for note in verified.notes:
         print(f"note: {note}")
+    print(f"steward: {verified.steward}")
     print(f"evidence: {verified.evidence}")
     print(f"tombstone: {verified.tombstone}")
     print(f"verdict: {verified.report.verdict}")
@@ -68,7 +69,7 @@ def _verify(args: argparse.Namespace) -> int:
         attempt_number=args.attempt_number,
         index_url=index_url,
     )
-    return show(verify(config, request, progress=progress_printer()))
+    return show(verify(config, request, progress=progress_printer(), embedded=args.state_root is not None))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,6 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "index in a sandbox and fetch them with pip; install once; run every case of the plan (or of "
         "the shard) in a sandbox of its own, each with a receipt; clean up, retire the stage into a sealed "
         "tombstone and write the journal, the seal marker and the receipts into --evidence; evaluate them. "
+        "The session is the steward daemon's when its socket answers (then this runs as any user in client_uids), "
+        "else an embedded steward's, which needs root. "
         "Prints the verdict table, the evidence and tombstone paths, and exits like casebox evaluate: 0 PASS, "
         "1 FAIL, 3 UNVERIFIED; 64 for refused input, 70 when the host or a sandbox failed.",
     )
@@ -110,5 +113,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--root", metavar="DIR", default=os.curdir,
         help="the perimeter: every path above must resolve inside it, symlinks followed (default: the working directory)",
     )
-    command.add_argument("--state-root", metavar="DIR", help="the steward's state root (default: configuration)")
+    command.add_argument(
+        "--state-root", metavar="DIR",
+        help="run the steward embedded in this process (root) on this state root, even when a daemon answers; "
+        "without it the daemon at the configured socket is used when it answers, else an embedded steward on the "
+        "configured state root",
+    )
     command.set_defaults(handler=_verify)
