@@ -284,6 +284,17 @@ def test_the_cli_uses_the_daemon_when_it_answers(daemon, tmp_path, sandbox_ids):
     assert session.close().cleanup == "CLEANED"
 
 
+def test_an_explicit_state_root_runs_the_steward_embedded_even_when_a_daemon_answers(daemon, tmp_path, sandbox_ids):
+    """verify and demo with --state-root: that state root is this process's, so the daemon is not asked."""
+    from executor import sessions
+
+    config = _config(tmp_path, sandbox_ids, daemon.socket, str(tmp_path / "own-state"))
+    session = sessions.open_session(config, "attempt-1", embedded=True)
+    assert isinstance(session, Session) and sessions.steward_of(session, config).endswith(str(tmp_path / "own-state"))
+    assert session.close().tombstone.startswith(str(tmp_path / "own-state"))
+    assert os.listdir(os.path.join(daemon.state, "stages")) == []
+
+
 def test_without_a_daemon_root_gets_an_embedded_session_with_the_same_evidence(tmp_path, sandbox_ids):
     """Embedded mode: no socket answers, the caller is root: the same steward code runs in process for one session."""
     from executor import sessions

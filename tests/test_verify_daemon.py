@@ -1,0 +1,139 @@
+"""casebox verify through the steward daemon, run by an unprivileged user (issue 6's socket, issue 7's verify).
+
+A daemon (`casebox steward serve`) runs as root with nobody in client_uids and a socket group of its own; the
+client is `casebox verify` run as nobody on the runtime interpreter, from a world-readable copy of casebox's
+packages with no site-packages at all (so the client needs nothing of the root side: no psutil, prctl or
+cffi), on world-readable copies of the demo's bundle, plan, verifier tree and index, into an evidence
+directory nobody owns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+
+import pytest
+from test_verify import EXAMPLES, EXPECTED, REPO, dedicated_processes, mounts, packed, staging_dirs, table, value
+
+from executor import runtime
+from steward import client
+
+pytestmark = pytest.mark.root
+NOBODY = 65534
+PACKAGES = ("executor", "journal", "steward", "launcher")
+
+
+def _readable(path: pathlib.Path) -> None:
+    for entry in [path, *path.rglob("*")]:
+        os.chmod(entry, 0o755 if entry.is_dir() else 0o644)
+
+
+def _as_client(gid: int):
+    def drop() -> None:
+        os.setgroups([gid])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+
+    return drop
+
+
+@pytest.fixture(scope="module")
+def attempt(sandbox_ids, casebox):
+    """The daemon, then one verify through it as nobody; everything the checks need."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix="casebox-daemon-verify-"))
+    socket_gid = sandbox_ids[1] + 1
+    try:
+        for package in PACKAGES:
+            shutil.copytree(REPO / package, base / "code" / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(EXAMPLES / "verifier", base / "verifier")
+        shutil.copytree(EXAMPLES / "index", base / "index")
+        shutil.copy(EXAMPLES / "plan.json", base / "plan.json")
+        bundle, sha256 = packed(base)
+        shutil.rmtree(base / "wheels")
+        (base / "run").mkdir()
+        sock, state = base / "run" / "steward.sock", base / "state"
+        (base / "daemon.toml").write_text(
+            f"sandbox_uid = {sandbox_ids[0]}\nsandbox_gid = {sandbox_ids[1]}\nclient_uids = [0, {NOBODY}]\n"
+            f"socket_group = {socket_gid}\n"
+        )
+        (base / "client.toml").write_text(f'socket = "{sock}"\nstate_root = "{state}"\n')
+        _readable(base)
+        (base / "out").mkdir()
+        os.chown(base / "out", NOBODY, NOBODY)
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        notify.bind(str(base / "notify"))
+        notify.settimeout(30)
+        log = open(base / "daemon.log", "wb")
+        daemon = subprocess.Popen(
+            [str(REPO / ".venv" / "bin" / "casebox"), "--config", str(base / "daemon.toml"), "steward", "serve",
+             "--socket", str(sock), "--state-root", str(state)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+            env={**os.environ, "NOTIFY_SOCKET": str(base / "notify")},
+        )
+        try:
+            assert notify.recv(64) == b"READY=1"
+            before, staged = mounts(base), staging_dirs()
+            script = f"import sys; sys.path.insert(0, {str(base / 'code')!r}); from executor.cli import main; sys.exit(main())"
+            result = subprocess.run(
+                [runtime.choose_interpreter(), "-I", "-S", "-c", script, "--config", str(base / "client.toml"), "verify",
+                 "--bundle", str(bundle), "--sha256", sha256, "--plan", str(base / "plan.json"),
+                 "--verifier-tree", str(base / "verifier"), "--index", str(base / "index"), "--attempt", "daemon-1",
+                 "--evidence", str(base / "out" / "evidence"), "--root", str(base)],
+                capture_output=True, cwd=base, env={"PATH": "/usr/bin:/bin"}, timeout=300, preexec_fn=_as_client(socket_gid),
+            )
+            yield {"base": base, "result": result, "sha256": sha256, "daemon": daemon, "socket": str(sock),
+                   "before": before, "staged": staged, "socket_gid": socket_gid}
+        finally:
+            notify.close()
+            if daemon.poll() is None:
+                os.kill(daemon.pid, signal.SIGTERM)
+            daemon.wait(timeout=60)
+            log.close()
+    finally:
+        shutil.rmtree(base)
+
+
+def test_nobody_verifies_through_the_daemon_with_the_designed_statuses(attempt):
+    """Issue 7: verify uses the daemon when its socket answers; an unprivileged client gets the demo's ten
+    designed statuses, and the output says the daemon served it."""
+    result = attempt["result"]
+    stdout = result.stdout.decode()
+    assert result.returncode == 3, stdout + result.stderr.decode()
+    assert {case: tuple(row[:2]) for case, row in table(stdout).items()} == EXPECTED
+    assert f"steward: the daemon at {attempt['socket']}" in stdout
+    info = os.stat(attempt["socket"])
+    assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o660, attempt["socket_gid"])
+
+
+def test_the_tombstone_is_valid_and_sealed_and_the_evidence_is_the_clients(attempt, casebox):
+    """C5, J4: the daemon's tombstone is sealed with a VALID journal; the evidence directory is nobody's own and
+    holds its byte copy, evaluable by casebox evaluate with the same statuses."""
+    stdout = attempt["result"].stdout.decode()
+    tombstone = pathlib.Path(value(stdout, "tombstone"))
+    assert tombstone.parent == attempt["base"] / "state" / "tombstones"
+    assert casebox("journal", "verify", str(tombstone / "journal")).returncode == 0
+    assert (tombstone / "seal.json").is_file() and not os.stat(tombstone).st_mode & 0o222
+    evidence = pathlib.Path(value(stdout, "evidence"))
+    assert os.stat(evidence).st_uid == NOBODY
+    assert (evidence / "journal").read_bytes() == (tombstone / "journal").read_bytes()
+    judged = casebox("evaluate", "--evidence", str(evidence), "--plan", str(attempt["base"] / "plan.json"),
+                     "--attempt", "daemon-1", "--bundle-sha256", attempt["sha256"], "--report-dir", str(attempt["base"]))
+    assert judged.returncode == 3, judged.stderr
+    assert {case: tuple(row[:2]) for case, row in table(judged.stdout.decode()).items()} == EXPECTED
+    assert json.loads((attempt["base"] / "report-daemon-1.json").read_bytes())["verdict"] == "UNVERIFIED"
+
+
+def test_nothing_is_left_and_the_daemon_still_serves(attempt, sandbox_ids):
+    """S6, C4: no process of the dedicated UID, no mount, no staging left; the daemon serves the next session."""
+    assert dedicated_processes(sandbox_ids[0]) == []
+    assert attempt["before"] - mounts(attempt["base"]) == set() and staging_dirs() == attempt["staged"]
+    assert attempt["daemon"].poll() is None
+    closed = client.connect(attempt["socket"]).open_session("after-1").close()
+    assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
