@@ -4,6 +4,13 @@
   starter API (the long-lived steward's path; the shipped launcher is built
   once per process, so that build is outside the loop).
 - sandbox_hot: one more `true` op in an already READY sandbox.
+- network_host_cold: sandbox_cold for a sandbox that shares the host's
+  network (the resolver and fetch of a network index), against sandbox_cold
+  with its own loopback-only namespace, in the same run.
+- network_veth_ms: the option not taken for those sandboxes, a network
+  namespace of their own wired to the host: pyroute2 from the long-lived side
+  creating a veth pair, moving one end in, addressing and raising both, and
+  deleting it again; against a loopback-only sandbox_cold of the same run.
 - loopback_up_ms: raising lo with the launcher's SIOCSIFFLAGS ioctl inside
   the new namespace, against pyroute2 driving the namespace from the
   long-lived side (pyroute2 already imported; its import is reported in the
@@ -16,6 +23,7 @@ the configured defaults.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -29,6 +37,7 @@ from launcher import network
 from launcher import syscalls as sc
 from steward import provision
 from steward.ledger import RecordingLedger
+from steward.api import HOST_NETWORK
 from steward.starter import Sandbox, Spec
 
 BWRAP = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc",
@@ -54,18 +63,59 @@ def _bwrap_ms() -> float:
     return median_seconds(lambda: run_quietly(BWRAP), repeat=30, warmup=3) * 1000
 
 
-def sandbox_cold() -> dict:
+def _cold_ms(spec: Spec) -> float:
     provision.shipped()
-    spec = _spec()
     with tempfile.TemporaryDirectory(prefix="casebox-bench-") as state_root:
 
         def cold() -> None:
             with Sandbox.start(spec, ledger=RecordingLedger(), state_root=state_root) as sandbox:
                 _true(sandbox)
 
-        value = median_seconds(cold, repeat=15, warmup=2) * 1000
-    return {"metric": "sandbox_cold", "value": round(value, 2), "unit": "ms", "anchor": BWRAP_NAME,
+        return median_seconds(cold, repeat=15, warmup=2) * 1000
+
+
+def sandbox_cold() -> dict:
+    return {"metric": "sandbox_cold", "value": round(_cold_ms(_spec()), 2), "unit": "ms", "anchor": BWRAP_NAME,
             "anchor_value": round(_bwrap_ms(), 2)}
+
+
+def network_host_cold() -> dict:
+    host = dataclasses.replace(_spec(), network=HOST_NETWORK)
+    return {"metric": "network_host_cold", "value": round(_cold_ms(host), 2), "unit": "ms",
+            "anchor": "sandbox_cold (own network namespace, loopback only)", "anchor_value": round(_cold_ms(_spec()), 2)}
+
+
+def network_veth_ms() -> dict:
+    import pyroute2
+
+    holder = sc.clone(sc.CLONE_NEWNET)
+    if holder == 0:
+        time.sleep(60)
+        os._exit(0)
+    try:
+
+        def wire() -> None:
+            with pyroute2.IPRoute() as host:
+                host.link("add", ifname="cbx-host", kind="veth", peer="cbx-sandbox")
+                try:
+                    inner = host.link_lookup(ifname="cbx-sandbox")[0]
+                    host.link("set", index=inner, net_ns_fd=f"/proc/{holder}/ns/net")
+                    outer = host.link_lookup(ifname="cbx-host")[0]
+                    host.addr("add", index=outer, address="169.254.77.1", prefixlen=30)
+                    host.link("set", index=outer, state="up")
+                    with pyroute2.IPRoute(netns=f"/proc/{holder}/ns/net") as sandbox:
+                        index = sandbox.link_lookup(ifname="cbx-sandbox")[0]
+                        sandbox.addr("add", index=index, address="169.254.77.2", prefixlen=30)
+                        sandbox.link("set", index=index, state="up")
+                finally:
+                    host.link("del", ifname="cbx-host")
+
+        value = median_seconds(wire, repeat=15, warmup=2) * 1000
+    finally:
+        os.kill(holder, 9)
+        os.waitpid(holder, 0)
+    return {"metric": "network_veth_ms", "value": round(value, 2), "unit": "ms",
+            "anchor": "sandbox_cold (own network namespace, loopback only)", "anchor_value": round(_cold_ms(_spec()), 2)}
 
 
 def sandbox_hot() -> dict:
@@ -124,4 +174,10 @@ def loopback_up_ms() -> dict:
     }
 
 
-METRICS = {"sandbox_cold": sandbox_cold, "sandbox_hot": sandbox_hot, "loopback_up_ms": loopback_up_ms}
+METRICS = {
+    "sandbox_cold": sandbox_cold,
+    "sandbox_hot": sandbox_hot,
+    "loopback_up_ms": loopback_up_ms,
+    "network_host_cold": network_host_cold,
+    "network_veth_ms": network_veth_ms,
+}
