@@ -23,14 +23,14 @@ def parse_stat(text: str) -> tuple[int, int, int]:
 
 
 def identity(pid: int) -> Identity:
-    with open(f"/proc/{pid}/stat") as file:
+    with open(f"/proc/{pid}/stat", errors="surrogateescape") as file:
         ppid, pgid, starttime = parse_stat(file.read())
     return Identity(pid, starttime, pgid, ppid)
 
 
 def namespace_pids(pid: int) -> list[int]:
     """The NSpid line of /proc/PID/status: this pid in each pid namespace, outermost first."""
-    with open(f"/proc/{pid}/status") as file:
+    with open(f"/proc/{pid}/status", errors="surrogateescape") as file:
         for line in file:
             if line.startswith("NSpid:"):
                 return [int(item) for item in line.split()[1:]]
@@ -87,7 +87,7 @@ class ProcessHandle:
         if self._fd is None:
             raise ValueError("the process handle is closed")
         try:
-            with open(os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._fd)) as file:
+            with open(os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._fd), errors="surrogateescape") as file:
                 text = file.read()
         except OSError as error:
             if _ended(error):
@@ -138,9 +138,9 @@ def scan() -> list[Entry]:
                     continue
                 raise
             try:
-                with open(os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=pid_fd)) as file:
+                with open(os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=pid_fd), errors="surrogateescape") as file:
                     stat_text = file.read()
-                with open(os.open("status", os.O_RDONLY | os.O_CLOEXEC, dir_fd=pid_fd)) as file:
+                with open(os.open("status", os.O_RDONLY | os.O_CLOEXEC, dir_fd=pid_fd), errors="surrogateescape") as file:
                     status_text = file.read()
             except OSError as error:
                 if _ended(error):

@@ -40,3 +40,28 @@ def test_a_child_in_a_new_pid_namespace_is_found_by_its_inner_pid():
         os.waitpid(pid, 0)
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_process_named_with_bytes_that_are_not_utf_8_is_read_and_scanned():
+    """Any local user can name a process with bytes that are not UTF-8 (PR_SET_NAME); reading /proc must not
+    fail on it, or every sandbox teardown (the C3 scan) and cleanup inventory would fail with it."""
+    import ctypes
+    import signal
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        ctypes.CDLL(None).prctl(15, b"\xffcase\xfebox", 0, 0, 0)
+        os.write(write_end, b"x")
+        signal.pause()
+        os._exit(0)
+    os.close(write_end)
+    try:
+        assert os.read(read_end, 1) == b"x"
+        assert procfs.identity(pid).pid == pid
+        assert pid in [entry.pid for entry in procfs.scan()]
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_end)

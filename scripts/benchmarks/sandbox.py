@@ -23,6 +23,7 @@ the configured defaults.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -85,14 +86,24 @@ def network_host_cold() -> dict:
             "anchor": "sandbox_cold (own network namespace, loopback only)", "anchor_value": round(_cold_ms(_spec()), 2)}
 
 
-def network_veth_ms() -> dict:
-    import pyroute2
-
+@contextlib.contextmanager
+def _namespace_holder():
+    """The pid of a child sleeping in a new network namespace, killed and reaped on exit."""
     holder = sc.clone(sc.CLONE_NEWNET)
     if holder == 0:
         time.sleep(60)
         os._exit(0)
     try:
+        yield holder
+    finally:
+        os.kill(holder, 9)
+        os.waitpid(holder, 0)
+
+
+def network_veth_ms() -> dict:
+    import pyroute2
+
+    with _namespace_holder() as holder:
 
         def wire() -> None:
             with pyroute2.IPRoute() as host:
@@ -111,9 +122,6 @@ def network_veth_ms() -> dict:
                     host.link("del", ifname="cbx-host")
 
         value = median_seconds(wire, repeat=15, warmup=2) * 1000
-    finally:
-        os.kill(holder, 9)
-        os.waitpid(holder, 0)
     return {"metric": "network_veth_ms", "value": round(value, 2), "unit": "ms",
             "anchor": "sandbox_cold (own network namespace, loopback only)", "anchor_value": round(_cold_ms(_spec()), 2)}
 
@@ -150,20 +158,13 @@ def _pyroute2_import_ms() -> float:
 def loopback_up_ms() -> dict:
     import pyroute2
 
-    holder = sc.clone(sc.CLONE_NEWNET)
-    if holder == 0:
-        time.sleep(60)
-        os._exit(0)
-    try:
+    with _namespace_holder() as holder:
 
         def with_pyroute2() -> None:
             with pyroute2.IPRoute(netns=f"/proc/{holder}/ns/net") as ipr:
                 ipr.link("set", index=1, state="up")
 
         anchor = median_seconds(with_pyroute2, repeat=15, warmup=2) * 1000
-    finally:
-        os.kill(holder, 9)
-        os.waitpid(holder, 0)
     samples = sorted(_ioctl_in_new_namespace() for _ in range(15))
     return {
         "metric": "loopback_up_ms",
