@@ -53,6 +53,13 @@ HELPER_OUTCOMES = ("CLEANED", "UNVERIFIED", "MISSING", "INVALID", "NONZERO", "SI
 CLEANUP_OUTCOMES = ("CLEANED", "UNVERIFIED")
 
 
+def sandbox_of(op_id: str) -> str | None:
+    """The sandbox an op id belongs to (``<sandbox>.<what>``), or None for the steward's own operations,
+    whose ids hold no dot (``helper-N``, ``output-NAME-mount``)."""
+    sandbox, dot, _ = op_id.partition(".")
+    return sandbox if dot else None
+
+
 class Kind(enum.IntEnum):
     GENESIS = 1
     PROCESS_INTENT = 2

@@ -29,7 +29,7 @@ import dataclasses
 
 from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
-from journal.format import CAP, Kind
+from journal.format import CAP, Kind, sandbox_of
 from journal.reader import Reading, Verdict, read_journal
 from steward import attempts, documents, fold, inventory
 from steward.helper import Request, remove_and_prove
@@ -188,7 +188,7 @@ def journal_diagnostic(reading: Reading, ending: str, proved: bool, outer: list 
     """
     identities = inventory.identities(reading.records)
     claimed = {sandbox for sandbox, _, _ in outer}
-    unclaimed = {inventory.sandbox_of(identity.op_id) for identity in identities} - {None} - claimed
+    unclaimed = {sandbox_of(identity.op_id) for identity in identities} - {None} - claimed
     return fold.diagnostic(fold.Outcomes(
         journal=Verdict.VALID,
         helper=helper_outcomes(reading),

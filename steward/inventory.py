@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from journal.format import Kind
+from journal.format import Kind, sandbox_of
 from journal.reader import Record
 from journal.strictjson import decode_lossy
 from steward import procfs
@@ -67,13 +67,6 @@ def identities(records: tuple[Record, ...]) -> list[Identity]:
         elif record.kind is Kind.DESCENDANTS_TERMINAL:
             found[fields["op_id"]] = dataclasses.replace(found[fields["op_id"]], descendants=fields["count"])
     return list(found.values())
-
-
-def sandbox_of(op_id: str) -> str | None:
-    """The sandbox an op id belongs to (``<sandbox>.<what>``), or None for the steward's own operations,
-    whose ids hold no dot (``helper-N``, ``output-NAME-mount``)."""
-    sandbox, dot, _ = op_id.partition(".")
-    return sandbox if dot else None
 
 
 def namespace_state(recorded: list[Identity], sandbox: str) -> str:

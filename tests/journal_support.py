@@ -64,6 +64,63 @@ class Chain:
         return bytes(self.data)
 
 
+class ChainLedger:
+    """JournalWriter's ledger calls, keyword arguments only, hand-encoded in memory by a :class:`Chain`."""
+
+    def __init__(self, chain: Chain | None = None) -> None:
+        self.chain = chain if chain is not None else Chain()
+
+    def __getattr__(self, method: str):
+        kind = Kind[method.upper()]
+        return lambda **fields: self.chain.add(kind, **fields)
+
+
+def write_sandbox(ledger, name: str, pid: int, *, mounts=("/usr", "/cap/bundle", "/out/candidate"),
+                  op_statuses=(0,), pid1: str = "reaped") -> None:
+    """One sandbox's records in the starter's order (docs/launcher.md, J1): the launcher, its tree mounts,
+    pid 1 (``pid1`` is "reaped", "open" for never reaped, or "none" for never recorded), the mounts done,
+    the old root unmounted, one op per status (None: never reaped), then pid 1's terminal status."""
+    ledger.process_intent(op_id=f"{name}.launcher", role="launcher", pid=pid, starttime=100, pgid=pid)
+    ledger.process_released(op_id=f"{name}.launcher")
+    for number, target in enumerate(mounts, 1):
+        ledger.mount_intent(op_id=f"{name}.mount-{number}", target=target, kind="tree")
+    if pid1 != "none":
+        ledger.process_intent(op_id=f"{name}.init", role="namespace", pid=pid + 1, starttime=101, pgid=pid)
+    ledger.process_terminal(op_id=f"{name}.launcher", wait_status=0, reaper="steward")
+    if pid1 != "none":
+        ledger.process_released(op_id=f"{name}.init")
+    for number, target in enumerate(mounts, 1):
+        ledger.mount_done(op_id=f"{name}.mount-{number}", target=target, kind="tree")
+    old_root = f"{name}.mount-{len(mounts) + 1}"
+    ledger.unmount_intent(op_id=old_root, target="/.old-root", kind="tree")
+    ledger.unmount_done(op_id=old_root, target="/.old-root", kind="tree")
+    for number, status in enumerate(op_statuses, 1):
+        op = f"{name}.op-{number}"
+        ledger.process_intent(op_id=op, role="descendant", pid=pid + 1 + number, starttime=102, pgid=pid + 1 + number)
+        ledger.process_released(op_id=op)
+        if status is not None:
+            ledger.process_terminal(op_id=op, wait_status=status, reaper="launcher")
+            ledger.descendants_terminal(op_id=op, count=0)
+    if pid1 == "reaped":
+        ledger.process_terminal(op_id=f"{name}.init", wait_status=0, reaper="steward")
+
+
+def output_target(name: str) -> str:
+    return f"/state/stages/s-1/live/{name}"
+
+
+def mount_output(ledger, name: str) -> None:
+    """A steward output's host tmpfs, mounted before the sandbox that fills it."""
+    ledger.mount_intent(op_id=f"output-{name}-mount", target=output_target(name), kind="tmpfs")
+    ledger.mount_done(op_id=f"output-{name}-mount", target=output_target(name), kind="tmpfs")
+
+
+def unmount_output(ledger, name: str, *, done: bool = True) -> None:
+    ledger.unmount_intent(op_id=f"output-{name}-unmount", target=output_target(name), kind="tmpfs")
+    if done:
+        ledger.unmount_done(op_id=f"output-{name}-unmount", target=output_target(name), kind="tmpfs")
+
+
 class PowerLoss(Exception):
     """Raised by a test hook where the power goes."""
 

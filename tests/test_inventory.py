@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from journal.format import Kind
+from journal.format import Kind, sandbox_of
 from journal.reader import read_journal
 from journal_support import Chain
 from steward import documents, inventory
@@ -75,6 +75,6 @@ def test_a_pid_1_never_reported_is_unknown_until_discovery_says_otherwise():
 
 
 def test_only_sandbox_operations_belong_to_a_sandbox():
-    assert inventory.sandbox_of("abc-1.op-3") == "abc-1"
-    assert inventory.sandbox_of("helper-2") is None
-    assert inventory.sandbox_of("output-extract-mount") is None
+    assert sandbox_of("abc-1.op-3") == "abc-1"
+    assert sandbox_of("helper-2") is None
+    assert sandbox_of("output-extract-mount") is None

@@ -1,19 +1,40 @@
-"""``casebox journal verify|show|replay`` (J4, F1): verdict lines, exit codes, JSON, tombstones, HTML."""
+"""``casebox journal verify|show|replay`` (J4, F1): verdict lines, exit codes, JSON, tombstones, the timeline."""
 
 from __future__ import annotations
 
+import hashlib
+import html.parser
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from executor.cli import main
-from journal.reader import read_journal
-from journal_support import GOLDEN, REPO, golden
+from journal.format import CAP, MAX_PAYLOAD, RESERVE_START, Kind, sandbox_of
+from journal.reader import Verdict, read_journal
+from journal.strictjson import canonical
+from journal.replay import render_text
+from journal.replay_html import MAX_ROWS, render_html
+from journal.timeline import Process, Sandbox, since, timeline
+from journal.writer import JournalWriter
+from journal_support import (
+    GOLDEN,
+    REPO,
+    ChainLedger,
+    clock,
+    golden,
+    mount_output,
+    unmount_output,
+    vectors,
+    write_sandbox,
+)
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -112,8 +133,8 @@ def test_replay_prints_the_timeline(capsys):
     """J4: replay shows processes with their wait status, mounts and unmounts, durations and the final verdict."""
     code, out, _ = run(capsys, "replay", str(GOLDEN / "every_kind.bin"))
     assert code == 0
-    assert "proc-1  launcher  pid 4242" in out and "exit 0 (raw 0), reaped by steward" in out and "lived 5.000 ms" in out
-    assert "mnt-1  tmpfs /sandbox/tmp" in out and "unmount umnt-1" in out and "mounted 6.250 ms" in out
+    assert "process  proc-1  launcher    pid 4242" in out and "exit 0 (raw 0), reaped by steward  lived 5.000 ms" in out
+    assert "host mount  mnt-1  tmpfs /sandbox/tmp" in out and "unmount umnt-1" in out and "mounted 6.250 ms" in out
     assert "helper attempt 2: CLEANED" in out
     assert out.rstrip().endswith("verdict   cleanup CLEANED, journal VALID")
 
@@ -124,28 +145,290 @@ def test_replay_of_a_torn_journal_claims_nothing(capsys):
     assert code == 1 and "journal TORN: no cleanup claim is authorized" in out
 
 
+def write_session(directory, *, crashed: bool = False) -> bytes:
+    """A steward session's journal written through JournalWriter: two outputs, their sandboxes, cleanup.
+
+    ``crashed`` ends it as a steward crash would: the second output is never
+    unmounted, a third sandbox's pid 1 and op are never reaped, a helper is
+    never reaped and its attempt is MISSING, and nothing is retired.
+    """
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with JournalWriter.create(dir_fd, "journal", journal_id="j-1", stage_id="s-1", attempt_id="a-1",
+                                  clock=clock(step=7_000)) as writer:
+            mount_output(writer, "candidate")
+            write_sandbox(writer, "s-1-1", 100)
+            unmount_output(writer, "candidate")
+            mount_output(writer, "junit-0")
+            write_sandbox(writer, "s-1-2", 200, mounts=("/usr", "/cap/site", "/out/junit-0"), op_statuses=(256, 9))
+            if crashed:
+                write_sandbox(writer, "s-1-3", 300, op_statuses=(None,), pid1="open")
+                writer.process_intent("helper-1", "helper", 400, 1, 400)
+                writer.helper_attempt(1, "ab" * 32, "MISSING")
+            else:
+                unmount_output(writer, "junit-0")
+                writer.process_intent("helper-1", "helper", 400, 1, 400)
+                writer.process_released("helper-1")
+                writer.process_terminal("helper-1", 0, "steward")
+                writer.helper_attempt(1, "ab" * 32, "CLEANED")
+                writer.cleanup_evidence("CLEANED", writer.head, "11" * 32, "22" * 32, "33" * 32)
+                writer.retirement_intent("session=CLOSED")
+                writer.retired("session=CLOSED")
+    finally:
+        os.close(dir_fd)
+    return (directory / "journal").read_bytes()
+
+
+def test_replay_groups_each_sandbox_and_summarises_its_namespace_mounts(capsys, tmp_path):
+    """J4: one block per sandbox (launcher, pid 1, ops), its mounts in one line, host mounts with their unmounts."""
+    reading = read_journal(write_session(tmp_path))
+    code, out, _ = run(capsys, "replay", str(tmp_path))
+    start = timeline(reading).start
+    reaped = {record.fields["op_id"]: record.fields["at"] for record in reading.records if record.kind is Kind.PROCESS_TERMINAL}
+    lines = out.splitlines()
+    starts = [number for number, line in enumerate(lines) if line.startswith("+")]
+    assert code == 0 and [lines[number].split()[1:3] for number in starts] == [
+        ["host", "mount"], ["sandbox", "s-1-1"], ["host", "mount"], ["sandbox", "s-1-2"], ["process", "helper-1"],
+        ["helper", "attempt"], ["cleanup", "evidence:"], ["retirement", "intent"], ["retired", "(note"],
+    ]
+    sandbox_one = lines[starts[1] + 1 : starts[2]]
+    assert [line.split()[0] for line in sandbox_one] == ["launcher", "init", "op-1", "mounts", "unmount", "ends"]
+    assert "mounts    3 mounts done in the namespace" in out and ": tree /usr /cap/site /out/junit-0\n" in out
+    assert out.count("unmount   tree /.old-root") == 2
+    for sandbox in ("s-1-1", "s-1-2"):
+        assert (f"3 mounts with no unmount record ended with the namespace: pid 1 ({sandbox}.init) was reaped at "
+                f"{since(start, reaped[sandbox + '.init'])}") in out
+    assert "op-2      descendant  pid 203" in out and "killed by SIGKILL (9) (raw 9), reaped by launcher" in out
+    assert "never unmounted" not in out and "not reaped" not in out
+    assert out.rstrip().endswith("verdict   cleanup CLEANED, journal VALID")
+
+
+def test_replay_claims_no_unmount_or_terminal_status_the_journal_lacks(capsys, tmp_path):
+    """C1, J4: no wait status, unmount or namespace end is shown that the journal does not record."""
+    reading = read_journal(write_session(tmp_path, crashed=True))
+    terminals = sum(1 for record in reading.records if record.kind is Kind.PROCESS_TERMINAL)
+    code, out, _ = run(capsys, "replay", str(tmp_path))
+    assert code == 0 and out.count("reaped by ") == terminals
+    assert "pid 1 (s-1-3.init) is not reaped in this journal: its namespace and 3 mounts may still exist" in out
+    assert out.count("ended with the namespace") == 2
+    assert "unmount output-junit-0" not in out and "never unmounted in this journal" in out
+    assert out.count("not reaped in this journal") == 3 + out.count("is not reaped in this journal") == 4
+    assert out.rstrip().endswith("verdict   journal VALID, but it holds no cleanup evidence")
+    page = render_html(reading, "journal")
+    assert page.count("end with pid 1") == 2 and page.count("3 mounts, pid 1 not reaped") == 1
+    assert page.count("unmounted after") == 1 and "never unmounted in this journal" in page
+    assert page.count(">not reaped<") == 1 and "op-1 not reaped, pid 1 not reaped" in page
+
+
+def test_a_namespace_without_a_recorded_pid1_has_no_end():
+    """C1: without pid 1's records, nothing says when the namespace of a sandbox's mounts ended."""
+    ledger = ChainLedger()
+    write_sandbox(ledger, "s-1-1", 100, op_statuses=(), pid1="none")
+    reading = read_journal(ledger.chain.bytes())
+    text = render_text(reading, "journal")
+    assert "no pid 1 is recorded for this sandbox: the journal does not say when the namespace of its 3 mounts ended" in text
+    assert "ended with the namespace" not in text and "end with pid 1" not in render_html(reading, "journal")
+
+
+def lane_facts(reading) -> dict:
+    """What each op id became in the timeline: where it sits and what the timeline says happened to it."""
+    line = timeline(reading)
+    facts = {}
+    lanes = [(None, lane) for lane in line.lanes if not isinstance(lane, Sandbox)]
+    lanes += [(sandbox.name, lane) for sandbox in line.sandboxes for lane in sandbox.processes + sandbox.mounts]
+    for sandbox, lane in lanes:
+        if isinstance(lane, Process):
+            facts[lane.op_id] = (sandbox, "process", lane.released_at is not None, lane.wait_status, lane.descendants)
+        else:
+            if lane.op_id is not None:
+                facts[lane.op_id] = (sandbox, "mount", lane.done_at is not None, lane.target, lane.kind)
+            if lane.unmount_op_id is not None:
+                facts[lane.unmount_op_id] = (sandbox, "unmount", lane.unmount_done_at is not None, lane.target, lane.kind)
+    return facts
+
+
+def record_facts(reading) -> dict:
+    """The same facts read straight from the records."""
+    facts, by_kind = {}, {}
+    for record in reading.records:
+        fields = record.fields
+        by_kind.setdefault(record.kind, {})[fields.get("op_id")] = fields
+    for op, fields in by_kind.get(Kind.PROCESS_INTENT, {}).items():
+        terminal = by_kind.get(Kind.PROCESS_TERMINAL, {}).get(op)
+        descendants = by_kind.get(Kind.DESCENDANTS_TERMINAL, {}).get(op)
+        facts[op] = (sandbox_of(op), "process", op in by_kind.get(Kind.PROCESS_RELEASED, {}),
+                     terminal and terminal["wait_status"], descendants and descendants["count"])
+    for intent, done, word in ((Kind.MOUNT_INTENT, Kind.MOUNT_DONE, "mount"), (Kind.UNMOUNT_INTENT, Kind.UNMOUNT_DONE, "unmount")):
+        for op, fields in by_kind.get(intent, {}).items():
+            facts[op] = (sandbox_of(op), word, op in by_kind.get(done, {}), fields["target"], fields["kind"])
+    return facts
+
+
+@pytest.mark.parametrize("vector", [vector for vector in vectors() if vector["records"]], ids=lambda vector: vector["id"])
+def test_every_golden_vector_folds_into_lanes_that_hold_exactly_its_records(vector):
+    """J4, C1: each intent of a vector's valid prefix is in exactly one lane, with only what its own records say."""
+    reading = read_journal(golden(vector["file"]))
+    line = timeline(reading)
+    intents = [record for record in reading.records if record.kind in (Kind.PROCESS_INTENT, Kind.MOUNT_INTENT, Kind.UNMOUNT_INTENT)]
+    assert lane_facts(reading) == record_facts(reading) and len(lane_facts(reading)) == len(intents)
+    assert [(event.kind, event.at) for event in line.events] == [
+        (record.kind, record.fields["at"]) for record in reading.records if record.kind >= Kind.HELPER_ATTEMPT
+    ]
+
+
+def test_the_golden_lifecycle_has_one_host_process_and_one_host_mount_with_its_unmount():
+    """J4: ops without a sandbox prefix are the steward's own: host lanes, each mount paired with its unmount."""
+    line = timeline(read_journal(golden("every_kind.bin")))
+    assert line.sandboxes == []
+    (process,) = line.host_processes
+    (mount,) = line.host_mounts
+    assert (process.op_id, process.wait_status, process.descendants) == ("proc-1", 0, 3)
+    assert (mount.op_id, mount.unmount_op_id, mount.target) == ("mnt-1", "umnt-1", "/sandbox/tmp")
+
+
+statuses = st.one_of(st.none(), st.sampled_from([0, 256, 9, 137]))
+lane_plans = st.one_of(
+    st.tuples(st.just("sandbox"), st.lists(st.sampled_from(["/usr", "/cap/a", "/out/b"]), max_size=3),
+              st.lists(statuses, max_size=3), st.sampled_from(["reaped", "open", "none"])),
+    st.tuples(st.just("output"), st.sampled_from(["none", "intent", "done"])),
+    st.tuples(st.just("helper"), statuses),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(lane_plans, max_size=8))
+def test_random_sessions_fold_and_render_only_what_their_records_say(plans):
+    """C1, J4: for any session, the lanes hold exactly the records, and neither rendering claims a reap, an
+    unmount or a namespace end that no record holds."""
+    ledger = ChainLedger()
+    for number, plan in enumerate(plans):
+        if plan[0] == "sandbox":
+            write_sandbox(ledger, f"s-1-{number}", 100 * (number + 1), mounts=plan[1], op_statuses=plan[2], pid1=plan[3])
+        elif plan[0] == "output":
+            mount_output(ledger, f"o{number}")
+            if plan[1] != "none":
+                unmount_output(ledger, f"o{number}", done=plan[1] == "done")
+        else:
+            ledger.process_intent(op_id=f"helper-{number}", role="helper", pid=9000 + number, starttime=1, pgid=9000 + number)
+            if plan[1] is not None:
+                ledger.process_terminal(op_id=f"helper-{number}", wait_status=plan[1], reaper="steward")
+    reading = read_journal(ledger.chain.bytes())
+    assert reading.verdict is Verdict.VALID and lane_facts(reading) == record_facts(reading)
+    terminals = sum(1 for record in reading.records if record.kind is Kind.PROCESS_TERMINAL)
+    processes = sum(1 for record in reading.records if record.kind is Kind.PROCESS_INTENT)
+    ended = sum(1 for plan in plans if plan[0] == "sandbox" and plan[1] and plan[3] == "reaped")
+    unmounted = sum(1 for plan in plans if plan[0] == "output" and plan[1] == "done")
+    text, page = render_text(reading, "journal"), render_html(reading, "journal")
+    unreaped = text.count("not reaped in this journal") - text.count("is not reaped in this journal")
+    assert text.count("reaped by ") == terminals and unreaped == processes - terminals
+    assert text.count("ended with the namespace") == ended and page.count("end with pid 1") == ended
+    assert text.count("mounted ") - text.count("mounted in") == unmounted == page.count("unmounted after")
+
+
 def test_replay_html_is_one_self_contained_file(capsys, tmp_path):
-    """replay --html writes one HTML file with an inline SVG timeline and no network or script assets."""
+    """replay --html writes one HTML file with an inline SVG timeline and no network or script assets, and
+    prints one line naming it with the verdict instead of the text timeline."""
     out_path = tmp_path / "timeline.html"
     code, out, _ = run(capsys, "replay", str(GOLDEN / "every_kind.bin"), "--html", str(out_path))
     page = out_path.read_text()
-    assert code == 0 and "verdict   cleanup CLEANED" in out
+    assert code == 0 and out == f"{out_path}: cleanup CLEANED, journal VALID\n"
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 1 and "<rect" in page
-    for banned in ("http:", "https:", "//", "<script", "src=", "href=", "url(", "@import"):
+    for banned in ("http:", "https:", "//", "<script", "src=", "href=", "url(", "@import", "@font-face"):
         assert banned not in page.replace("<!DOCTYPE", ""), banned
     assert ["listdir", *sorted(os.listdir(tmp_path))] == ["listdir", "timeline.html"]
+    code, out, _ = run(capsys, "replay", str(GOLDEN / "torn_payload.bin"), "--html", str(tmp_path / "torn.html"))
+    assert code == 1 and out.endswith(": journal TORN: no cleanup claim is authorized; the stage is preserved\n")
 
 
-def test_replay_html_escapes_journal_strings(capsys, tmp_path):
-    """Strings from an untrusted journal are escaped in the page."""
-    from journal.format import Kind
-    from journal_support import Chain
+class Tags(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.attributes: set[str] = set()
+        self.text: list[str] = []
 
-    chain = Chain().add(Kind.MOUNT_INTENT, op_id="m", target='/<script>"&', kind="bind")
-    (tmp_path / "journal").write_bytes(chain.bytes())
-    run(capsys, "replay", str(tmp_path), "--html", str(tmp_path / "page.html"))
-    page = (tmp_path / "page.html").read_text()
-    assert "<script>" not in page and "&lt;script&gt;&quot;&amp;" in page
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.attributes |= {name for name, _ in attrs}
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "svg", "g", "rect", "path", "line", "text", "details",
+             "summary", "table", "tr", "th", "td", "code"}
+
+
+def test_replay_html_escapes_journal_strings(tmp_path):
+    """Strings from an untrusted journal are data: they add no element or attribute and read back unchanged."""
+    hostile_target = '/<script>alert(1)</script>/"onload="x"/&amp;/\'<b>'
+    hostile_note = '</title></text></svg><script src=//x>alert(1)</script> & "quoted"'
+    ledger = ChainLedger()
+    mount_output(ledger, "a")
+    ledger.unmount_intent(op_id="u-1", target=hostile_target, kind="bind")
+    write_sandbox(ledger, "s-1-1", 100, mounts=(hostile_target,))
+    ledger.retirement_intent(note=hostile_note)
+    reading = read_journal(ledger.chain.bytes())
+    assert reading.verdict is Verdict.VALID
+    page = render_html(reading, '/tmp/<i>"shown"')
+    parsed = Tags()
+    parsed.feed(page)
+    assert parsed.tags <= PAGE_TAGS and "<script" not in page and "onload=" not in parsed.attributes
+    text = "".join(parsed.text)
+    assert hostile_target in text and f"note {canonical(hostile_note).decode()}" in text and '/tmp/<i>"shown"' in text
+
+
+def full_journal_of_tiny_sandboxes() -> bytes:
+    """Exactly 262,144 bytes: as many one-record sandboxes as fit before the reserve, then both retirement records."""
+    ledger = ChainLedger()
+    chain = ledger.chain
+    number = 0
+    while RESERVE_START - len(chain.data) >= 2 * 200:
+        number += 1
+        ledger.process_intent(op_id=f"s{number}.launcher", role="launcher", pid=number, starttime=1, pgid=number)
+    base = len(chain.payload(Kind.MOUNT_INTENT, op_id="pad", target="/", kind="tmpfs"))
+    ledger.mount_intent(op_id="pad", target="/" + "x" * (RESERVE_START - len(chain.data) - 8 - base), kind="tmpfs")
+    note = MAX_PAYLOAD - len(chain.payload(Kind.RETIREMENT_INTENT, note=""))
+    ledger.retirement_intent(note="<" * note)
+    ledger.retired(note="&" * note)
+    return chain.bytes()
+
+
+def test_replay_of_a_full_journal_is_bounded():
+    """J2: a full 262,144-byte journal of over a thousand lanes renders a page of bounded height and size: the
+    first and the last rows, and a count of the rows not drawn."""
+    data = full_journal_of_tiny_sandboxes()
+    reading = read_journal(data)
+    assert (len(data), reading.verdict) == (CAP, Verdict.VALID) and len(reading.records) > 1_000
+    page = render_html(reading, "journal")
+    height = int(re.search(r'<svg[^>]* height="(\d+)"', page).group(1))
+    sandboxes = len(reading.records) - 4
+    rows = sandboxes + 3
+    assert page.count('class="b">sandbox s') == MAX_ROWS - 1 - 3
+    assert f"… {rows - (MAX_ROWS - 1)} rows not drawn" in page
+    assert height < 500 + MAX_ROWS * 50 and len(page) < 4 * CAP
+    assert '"b">sandbox s1<' in page and f'"b">sandbox s{sandboxes}<' in page and ">retired<" in page
+    text = render_text(reading, "journal")
+    assert text.count("\n") <= 2 * len(reading.records) + 10 and len(text) < 2 * CAP
+
+
+def test_replay_is_deterministic(tmp_path):
+    """The same journal gives the same bytes, whatever the hash seed or the process."""
+    write_session(tmp_path, crashed=True)
+    program = (
+        f"import hashlib, sys; sys.path.insert(0, {str(REPO)!r}); from journal.files import load_for_review; "
+        "from journal.reader import read_journal; from journal.replay import render_text; "
+        "from journal.replay_html import render_html; reading = read_journal(load_for_review(sys.argv[1])[1]); "
+        "print(hashlib.sha256((render_html(reading, 'j') + render_text(reading, 'j')).encode()).hexdigest())"
+    )
+    digests = {
+        subprocess.run([sys.executable, "-I", "-c", program, str(tmp_path)], capture_output=True, text=True, check=True,
+                       env={"PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2")
+    }
+    reading = read_journal((tmp_path / "journal").read_bytes())
+    local = hashlib.sha256((render_html(reading, "j") + render_text(reading, "j")).encode()).hexdigest() + "\n"
+    assert digests == {local}
 
 
 def test_replay_html_never_overwrites_a_different_file(capsys, tmp_path):

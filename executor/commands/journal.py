@@ -16,7 +16,9 @@ from journal.createonly import open_directory, publish_once
 from journal.files import load_for_review
 from journal.format import HEX64, ID
 from journal.reader import Reading, Verdict, read_journal
-from journal.replay import render_html, render_text
+from journal.replay import render_text
+from journal.replay_html import render_html
+from journal.timeline import timeline
 from journal.strictjson import canonical
 
 _PATH_HELP = "a journal file, or a stage or tombstone directory holding one as 'journal'"
@@ -99,14 +101,17 @@ def _show(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     shown, reading = _read(args)
-    if args.html is not None:
-        directory, name = os.path.split(os.path.abspath(args.html))
-        dir_fd = open_directory(directory)
-        try:
-            publish_once(dir_fd, name, render_html(reading, shown).encode("utf-8"), mode=0o644, shown=args.html)
-        finally:
-            os.close(dir_fd)
-    sys.stdout.write(render_text(reading, shown))
+    if args.html is None:
+        sys.stdout.write(render_text(reading, shown))
+        return _exit(reading)
+    directory, name = os.path.split(os.path.abspath(args.html))
+    dir_fd = open_directory(directory)
+    try:
+        publish_once(dir_fd, name, render_html(reading, shown).encode("utf-8"), mode=0o644, shown=args.html)
+    finally:
+        os.close(dir_fd)
+    conclusion = timeline(reading).conclusion() if reading.records else f"journal {reading.verdict}: {reading.reason}"
+    print(f"{args.html}: {conclusion}")
     return _exit(reading)
 
 
@@ -149,11 +154,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replay = commands.add_parser(
         "replay",
         help="print the journal as a timeline",
-        description="Print processes (intent, released, terminal and wait status), mounts (intent, done, "
-        "unmount), helper attempts, cleanup evidence and retirement, with durations and the final cleanup "
-        "verdict. With --html also write one self-contained HTML page with an SVG timeline; an existing "
-        "file is kept if identical and refused if different.",
+        description="Print the journal as a timeline: one block per sandbox (its launcher, pid 1 and ops with "
+        "intent, release, terminal wait status and durations; its in-namespace mounts summarised, ending with "
+        "the namespace only when its pid 1's terminal record says so), the host mounts with their unmounts, "
+        "helper attempts, cleanup evidence, retirement and the final cleanup verdict. With --html OUT, write "
+        "one self-contained HTML page (an SVG timeline and the records; no scripts or network assets) instead, "
+        "and print one line naming OUT and the verdict; an existing OUT is kept if identical and refused if "
+        "different. The exit status is the journal's either way.",
     )
     replay.add_argument("path", metavar="PATH", help=_PATH_HELP)
-    replay.add_argument("--html", metavar="OUT", help="also write the timeline as one self-contained HTML file")
+    replay.add_argument("--html", metavar="OUT",
+                        help="write the timeline as one self-contained HTML file instead of printing it")
     replay.set_defaults(handler=_replay)
