@@ -1,10 +1,12 @@
 """A journal as one self-contained HTML page: a header, an SVG timeline of its lanes, and its records.
 
 No scripts, no fonts, no URLs: inline CSS and ``<title>`` elements for hover
-details. Every string from the journal is escaped. The output is a function
-of the reading alone (same journal, same bytes), and its size is bounded: at
-most :data:`MAX_ROWS` rows are drawn, the first and the last ones, and the
-rest are named by count (the text replay lists every one).
+details. Every string from the journal is escaped element content. The output
+is a function of the reading alone (same journal, same bytes), and its size is
+bounded: at most :data:`MAX_ROWS` rows are drawn, the first and the last ones,
+and the rest are named by count (the text replay lists every one); a hover
+title shortens long targets and lists at most :data:`TITLE_MOUNTS` mounts, and
+the records table below the timeline holds every record whole.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from journal.format import Kind
 
 MAX_ROWS = 120
 TAIL_ROWS = 30
+TITLE_MOUNTS = 30
+TITLE_TARGET = 160
 
 WIDTH = 1280
 X0 = 300
@@ -69,7 +73,8 @@ _PAGE_STYLE = (
 
 
 def escape(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Text for an element's content: journal strings only ever go there, never into an attribute."""
+    return html.escape(str(text), quote=False)
 
 
 def fit(text: str, chars: int) -> str:
@@ -276,15 +281,22 @@ def _process_title(line: Timeline, process: Process) -> str:
 def _namespace_title(line: Timeline, sandbox: Sandbox, remaining: list[Mount]) -> str:
     start = line.start
     rows = [f"{namespace_end(line, sandbox, len(remaining))}."]
-    for mount in remaining:
+    for mount in remaining[:TITLE_MOUNTS]:
         done = "not done in this journal" if mount.done_at is None else f"done {since(start, mount.done_at)}"
-        rows.append(f"{mount.kind} {mount.target} ({sandbox.local(mount.op_id)}): intent {since(start, mount.intent_at)}, {done}")
+        rows.append(f"{mount.kind} {_titled(mount.target)} ({sandbox.local(mount.op_id)}): intent {since(start, mount.intent_at)}, {done}")
+    if len(remaining) > TITLE_MOUNTS:
+        rows.append(f"… and {len(remaining) - TITLE_MOUNTS} more (the records below list every one)")
     return "\n".join(rows)
+
+
+def _titled(target: str) -> str:
+    """A target in a hover title: whole up to a length a reader can use; the records table holds it whole."""
+    return fit_path(target, TITLE_TARGET)
 
 
 def _unmount_title(line: Timeline, mount: Mount) -> str:
     return (
-        f"unmount {mount.kind} {mount.target} ({mount.unmount_op_id}): intent {since(line.start, mount.unmount_intent_at)}, "
+        f"unmount {mount.kind} {_titled(mount.target)} ({mount.unmount_op_id}): intent {since(line.start, mount.unmount_intent_at)}, "
         f"done {since(line.start, mount.unmount_done_at)}"
     )
 
@@ -295,7 +307,7 @@ def _host_mount_row(canvas: Canvas, line: Timeline, mount: Mount) -> float:
     start = line.start
     canvas.text(12, top + 16, f"{mount.kind} " + fit_path(mount.target, 27), fill=AMBER, cls="b")
     canvas.text(12, top + 31, fit(f"host mount {mount.op_id or mount.unmount_op_id}", 42), cls="s")
-    title = f"host mount {mount.kind} {mount.target}\n"
+    title = f"host mount {mount.kind} {_titled(mount.target)}\n"
     if mount.op_id is not None:
         title += f"{mount.op_id}: intent {since(start, mount.intent_at)}, done {since(start, mount.done_at)}\n"
     if mount.unmount_op_id is not None:

@@ -160,7 +160,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "helper attempts, cleanup evidence, retirement and the final cleanup verdict. With --html OUT, write "
         "one self-contained HTML page (an SVG timeline and the records; no scripts or network assets) instead, "
         "and print one line naming OUT and the verdict; an existing OUT is kept if identical and refused if "
-        "different. The exit status is the journal's either way.",
+        "different. Either way it exits 0 only for a VALID journal and 1 for any other verdict.",
     )
     replay.add_argument("path", metavar="PATH", help=_PATH_HELP)
     replay.add_argument("--html", metavar="OUT",
