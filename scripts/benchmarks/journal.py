@@ -15,10 +15,10 @@ import os
 import pathlib
 import tempfile
 import time
+from typing import Callable
 
-from journal.format import CAP, MAX_PAYLOAD, RESERVE_START, Kind
+from journal.format import CAP, MAX_FRAME, MAX_PAYLOAD, RESERVE_START, Kind
 from journal.reader import read_journal
-from journal.sequence import OverCap
 from journal.writer import JournalWriter
 from timing import median_seconds
 
@@ -69,26 +69,42 @@ def journal_append() -> dict:
     }
 
 
-def full_journal() -> bytes:
-    """A journal filled to the reserve with launcher and mount lifecycles, then both retirement records."""
+def lifecycle(writer: JournalWriter, number: int) -> None:
+    """A launcher and a mount, from intent to terminal."""
+    op, mount = f"p{number}", f"m{number}"
+    writer.process_intent(op, "launcher", 1000 + number, 5_000_000 + number, 1000 + number)
+    writer.mount_intent(mount, f"/sandbox/case-{number}/tmp", "tmpfs")
+    writer.mount_done(mount, f"/sandbox/case-{number}/tmp", "tmpfs")
+    writer.process_released(op)
+    writer.process_terminal(op, 0, "steward")
+
+
+def _pad(writer: JournalWriter, number: int, frame: int) -> None:
+    """A MOUNT_INTENT whose frame is exactly ``frame`` bytes (a multiple of 8; 16-digit times)."""
+    op = f"pad-{number}"
+    base = len('{"at":1700000000000000,"kind":"tmpfs","op_id":"","prev":"","target":"/"}') + len(op) + 64
+    writer.mount_intent(op, "/" + "x" * (frame - 8 - base), "tmpfs")
+
+
+def full_journal(case: Callable[[JournalWriter, int], None] = lifecycle) -> bytes:
+    """A journal of ``case`` records while a whole one fits before the reserve, padding up to the reserve,
+    then both retirement records: exactly 262,144 bytes."""
     with tempfile.TemporaryDirectory(prefix=".bench-journal-", dir=REPO) as directory:
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             writer = JournalWriter.create(dir_fd, "journal", journal_id="bench", stage_id="bench", attempt_id="bench")
-            number = 0
-            try:
-                while True:
-                    op, mount = f"p{number}", f"m{number}"
-                    writer.process_intent(op, "launcher", 1000 + number, 5_000_000 + number, 1000 + number)
-                    writer.mount_intent(mount, f"/sandbox/case-{number}/tmp", "tmpfs")
-                    writer.mount_done(mount, f"/sandbox/case-{number}/tmp", "tmpfs")
-                    writer.process_released(op)
-                    writer.process_terminal(op, 0, "steward")
-                    number += 1
-            except OverCap:
-                pass
-            base = len('{"at":1700000000000000,"kind":"tmpfs","op_id":"pad","prev":"","target":"/"}') + 64
-            writer.mount_intent("pad", "/" + "x" * (RESERVE_START - writer.size - 8 - base), "tmpfs")
+            number, case_bytes = 0, 0
+            while RESERVE_START - writer.size >= case_bytes + 512:
+                number += 1
+                before = writer.size
+                case(writer, number)
+                case_bytes = max(case_bytes, writer.size - before)
+            pads = 0
+            while writer.size < RESERVE_START:
+                remaining = RESERVE_START - writer.size
+                pads += 1
+                frame = MAX_FRAME if remaining >= MAX_FRAME + 256 else remaining if remaining <= MAX_FRAME else remaining // 16 * 8
+                _pad(writer, pads, frame)
             note = MAX_PAYLOAD - len('{"at":1700000000000000,"note":"","prev":""}') - 64
             writer.retirement_intent("n" * note)
             writer.retired("n" * note)
