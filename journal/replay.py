@@ -137,19 +137,18 @@ def namespace_mounts(line: Timeline, sandbox: Sandbox) -> list[str]:
     for mount in unmounts:
         finished = "not done in this journal" if mount.unmount_done_at is None else f"done {since(start, mount.unmount_done_at)}"
         lines.append(f"unmount   {mount.kind} {mount.target} {since(start, mount.unmount_intent_at)}, {finished}")
-    remaining = [mount for mount in sandbox.mounts if mount.intent_at is not None and not mount.unmounted]
-    if remaining:
-        lines.append("ends      " + namespace_end(line, sandbox, len(remaining)))
+    if sandbox.lasting_mounts:
+        lines.append("ends      " + namespace_end(line, sandbox))
     return lines
 
 
-def namespace_end(line: Timeline, sandbox: Sandbox, count: int) -> str:
-    """How the ``count`` mounts without an unmount ended, as far as the sandbox's pid 1 records tell."""
-    mounts = plural(count, "mount")
+def namespace_end(line: Timeline, sandbox: Sandbox) -> str:
+    """How the mounts without an unmount ended, as far as the records of the sandbox's pid 1 tell."""
+    mounts = plural(len(sandbox.lasting_mounts), "mount")
     pid1 = sandbox.pid1
-    if pid1 is None:
+    if sandbox.namespace == "unrecorded":
         return f"no pid 1 is recorded for this sandbox: the journal does not say when the namespace of its {mounts} ended"
-    if pid1.terminal_at is None:
+    if sandbox.namespace == "open":
         return f"pid 1 ({pid1.op_id}) is not reaped in this journal: its namespace and {mounts} may still exist"
     return (
         f"{mounts} with no unmount record ended with the namespace: pid 1 ({pid1.op_id}) "

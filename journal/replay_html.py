@@ -103,22 +103,18 @@ def outcome_colour(process: Process) -> str:
 
 
 def nice_step(span: int) -> int:
-    """A tick step of 1, 2 or 5 times a power of ten microseconds, giving five to ten ticks over ``span``."""
+    """A tick step of 1, 2 or 5 times a power of ten microseconds, giving at most ten ticks over ``span``."""
     step = 10 ** max(0, math.floor(math.log10(max(span, 1) / 5)))
-    for factor in (1, 2, 5, 10):
-        if span / (step * factor) <= 10:
-            return step * factor
-    return step * 10
+    return next(step * factor for factor in (1, 2, 5, 10) if span / (step * factor) <= 10)
 
 
 def tick_label(value: int, step: int) -> str:
+    """A tick's time in the unit of its step, with just the decimals the step needs."""
     if value == 0:
         return "0"
-    for unit, size in (("s", 1_000_000), ("ms", 1_000), ("µs", 1)):
-        if step >= size // 10 or unit == "µs":
-            decimals = max(0, math.ceil(-math.log10(step / size))) if step < size else 0
-            return f"{value / size:.{decimals}f} {unit}"
-    raise AssertionError("unreachable")
+    unit, size = ("s", 1_000_000) if step >= 100_000 else ("ms", 1_000) if step >= 100 else ("µs", 1)
+    decimals = max(0, math.ceil(-math.log10(step / size)))
+    return f"{value / size:.{decimals}f} {unit}"
 
 
 class Canvas:
@@ -184,19 +180,15 @@ def _sandbox_row(canvas: Canvas, line: Timeline, sandbox: Sandbox) -> float:
     top = canvas.y
     canvas.backgrounds.append(f'<rect x="0" y="{top:.1f}" width="{WIDTH}" height="{height:.1f}" fill="#f6f8fa"/>')
     unmounted = sum(1 for mount in sandbox.mounts if mount.unmounted)
-    remaining = [mount for mount in sandbox.mounts if mount.intent_at is not None and not mount.unmounted]
+    remaining = sandbox.lasting_mounts
     pid1 = sandbox.pid1
     canvas.add(f"<g><title>{escape(_sandbox_title(line, sandbox))}</title>")
     canvas.text(12, top + 19, fit(f"sandbox {sandbox.name}", 38), cls="b")
     note = []
     if remaining:
         mounts = plural(len(remaining), "mount")
-        if pid1 is None:
-            note.append(f"{mounts}, no pid 1 recorded")
-        elif pid1.terminal_at is None:
-            note.append(f"{mounts}, pid 1 not reaped")
-        else:
-            note.append(f"{mounts} end with pid 1")
+        note.append({"unrecorded": f"{mounts}, no pid 1 recorded", "open": f"{mounts}, pid 1 not reaped",
+                     "ended": f"{mounts} end with pid 1"}[sandbox.namespace])
     if unmounted:
         note.append(plural(unmounted, "unmount"))
     canvas.text(12, top + 36, fit(" · ".join(note) or "no mounts", 42), cls="s")
@@ -280,7 +272,7 @@ def _process_title(line: Timeline, process: Process) -> str:
 
 def _namespace_title(line: Timeline, sandbox: Sandbox, remaining: list[Mount]) -> str:
     start = line.start
-    rows = [f"{namespace_end(line, sandbox, len(remaining))}."]
+    rows = [f"{namespace_end(line, sandbox)}."]
     for mount in remaining[:TITLE_MOUNTS]:
         done = "not done in this journal" if mount.done_at is None else f"done {since(start, mount.done_at)}"
         rows.append(f"{mount.kind} {_titled(mount.target)} ({sandbox.local(mount.op_id)}): intent {since(start, mount.intent_at)}, {done}")

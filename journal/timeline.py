@@ -82,6 +82,18 @@ class Sandbox:
         return None if pid1 is None else pid1.terminal_at
 
     @property
+    def namespace(self) -> str:
+        """What the records say of the mount namespace: ``ended`` (pid 1's PROCESS_TERMINAL is recorded),
+        ``open`` (pid 1 is recorded, not reaped) or ``unrecorded`` (no pid 1 record at all)."""
+        pid1 = self.pid1
+        return "unrecorded" if pid1 is None else "open" if pid1.terminal_at is None else "ended"
+
+    @property
+    def lasting_mounts(self) -> list[Mount]:
+        """The mounts no unmount record ends: they last as long as the namespace."""
+        return [mount for mount in self.mounts if mount.intent_at is not None and not mount.unmounted]
+
+    @property
     def ops(self) -> list[Process]:
         return [process for process in self.processes if process.role not in ("launcher", PID1_ROLE)]
 
