@@ -188,7 +188,7 @@ def _sandbox_row(canvas: Canvas, line: Timeline, sandbox: Sandbox) -> float:
     if remaining:
         mounts = plural(len(remaining), "mount")
         note.append({"unrecorded": f"{mounts}, no pid 1 recorded", "open": f"{mounts}, pid 1 not reaped",
-                     "ended": f"{mounts} end with pid 1"}[sandbox.namespace])
+                     "ended": f"{mounts} end{'s' if len(remaining) == 1 else ''} with pid 1"}[sandbox.namespace])
     if unmounted:
         note.append(plural(unmounted, "unmount"))
     canvas.text(12, top + 36, fit(" · ".join(note) or "no mounts", 42), cls="s")

@@ -252,7 +252,22 @@ def test_a_namespace_without_a_recorded_pid1_has_no_end():
     reading = read_journal(ledger.chain.bytes())
     text = render_text(reading, "journal")
     assert "no pid 1 is recorded for this sandbox: the journal does not say when the namespace of its 3 mounts ended" in text
-    assert "ended with the namespace" not in text and "end with pid 1" not in render_html(reading, "journal")
+    assert "ended with the namespace" not in text and "with pid 1" not in render_html(reading, "journal")
+
+
+def test_a_mount_unmounted_in_its_namespace_does_not_end_with_it():
+    """J4: only the mounts that no unmount record ends are said to end with the namespace."""
+    ledger = ChainLedger()
+    write_sandbox(ledger, "s-1-1", 100, mounts=("/a", "/b"), op_statuses=(), pid1="open")
+    ledger.unmount_intent(op_id="s-1-1.mount-4", target="/b", kind="tree")
+    ledger.unmount_done(op_id="s-1-1.mount-4", target="/b", kind="tree")
+    ledger.process_terminal(op_id="s-1-1.init", wait_status=0, reaper="steward")
+    reading = read_journal(ledger.chain.bytes())
+    (sandbox,) = timeline(reading).sandboxes
+    assert [mount.target for mount in sandbox.lasting_mounts] == ["/a"]
+    text = render_text(reading, "journal")
+    assert "ends      1 mount with no unmount record ended with the namespace" in text
+    assert "unmount   tree /b +" in text and "1 mount ends with pid 1 · 2 unmounts" in render_html(reading, "journal")
 
 
 def lane_facts(reading) -> dict:
@@ -346,7 +361,7 @@ def test_random_sessions_fold_and_render_only_what_their_records_say(plans):
     text, page = render_text(reading, "journal"), render_html(reading, "journal")
     unreaped = text.count("not reaped in this journal") - text.count("is not reaped in this journal")
     assert text.count("reaped by ") == terminals and unreaped == processes - terminals
-    assert text.count("ended with the namespace") == ended and page.count("end with pid 1") == ended
+    assert text.count("ended with the namespace") == ended == len(re.findall("mounts? ends? with pid 1", page))
     assert text.count("mounted ") - text.count("mounted in") == unmounted == page.count("unmounted after")
 
 
