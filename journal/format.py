@@ -60,6 +60,17 @@ def sandbox_of(op_id: str) -> str | None:
     return sandbox if dot else None
 
 
+def networked_sandbox(sandbox: str) -> bool:
+    """True when the sandbox so named had the host's network."""
+    return sandbox.endswith(NETWORK_SANDBOX_SUFFIX)
+
+
+def networked_op(op_id: str) -> bool:
+    """True when ``op_id`` belongs to a sandbox that had the host's network."""
+    sandbox = sandbox_of(op_id)
+    return sandbox is not None and networked_sandbox(sandbox)
+
+
 class Kind(enum.IntEnum):
     GENESIS = 1
     PROCESS_INTENT = 2
@@ -135,11 +146,6 @@ def encode_frame(kind: Kind, payload: bytes) -> bytes:
 
 
 # Payload schemas: each kind's frozen keys, every one required, none other allowed.
-
-def networked_op(op_id: str) -> bool:
-    """True when ``op_id`` belongs to a sandbox that had the host's network."""
-    return op_id.partition(".")[0].endswith(NETWORK_SANDBOX_SUFFIX)
-
 
 def pop_id(fields: ClosedObject, key: str) -> str:
     """The one id rule: journal, stage, attempt and op ids, here and in receipts."""

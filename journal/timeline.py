@@ -17,7 +17,7 @@ import datetime
 import signal
 
 from journal import strictjson
-from journal.format import Kind, sandbox_of, time_key
+from journal.format import Kind, networked_sandbox, sandbox_of, time_key
 from journal.reader import Reading, Record, Verdict
 
 PID1_ROLE = "namespace"
@@ -80,6 +80,11 @@ class Sandbox:
         """When the sandbox's mount namespace ended: the PROCESS_TERMINAL of its pid 1, if the journal holds one."""
         pid1 = self.pid1
         return None if pid1 is None else pid1.terminal_at
+
+    @property
+    def host_network(self) -> bool:
+        """The steward names a sandbox that had the host's network ``<stage>-<n>-net`` (docs/launcher.md)."""
+        return networked_sandbox(self.name)
 
     @property
     def namespace(self) -> str:
