@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import math
 
+from journal.format import Kind
 from journal.reader import Reading, Verdict
 from journal.replay import namespace_end
 from journal.timeline import (
@@ -26,14 +27,12 @@ from journal.timeline import (
     contents,
     duration,
     full_wait,
-    mount_groups,
     plural,
     short_wait,
     since,
     timeline,
     wall_time,
 )
-from journal.format import Kind
 
 MAX_ROWS = 120
 TAIL_ROWS = 30
