@@ -18,8 +18,8 @@ from journal.format import HEX64, ID
 from journal.reader import Reading, Verdict, read_journal
 from journal.replay import render_text
 from journal.replay_html import render_html
-from journal.timeline import timeline
 from journal.strictjson import canonical
+from journal.timeline import timeline
 
 _PATH_HELP = "a journal file, or a stage or tombstone directory holding one as 'journal'"
 
