@@ -60,6 +60,22 @@ class Spec:
     network: str = LOOPBACK
 
 
+def op_class(reported: str, *, memory_events: bool, pids_events: bool) -> str:
+    """An op's limit class (S10): the launcher's, and MEMORY or PIDS where the cgroup counted an event.
+
+    A class the launcher may not report is a protocol failure, never left to
+    the priority order, where an unknown name would read as OK.
+    """
+    if reported not in limits.LAUNCHER_CLASSES:
+        raise ProtocolError(f"OP_RESULT names the limit class {reported!r}, not one of {', '.join(limits.LAUNCHER_CLASSES)}")
+    observed = {reported}
+    if memory_events:
+        observed.add("MEMORY")
+    if pids_events:
+        observed.add("PIDS")
+    return limits.worst(observed)
+
+
 def _reap(pid: int, seconds: float) -> int:
     """The raw wait status of our child ``pid``; SIGKILL first if it has not ended within ``seconds``."""
     pidfd = os.pidfd_open(pid)
@@ -419,13 +435,8 @@ class Sandbox:
         self.channel.sock.settimeout(None)
         if message.name == "OP_NOT_STARTED":
             return OpNotStarted(fields["step"], fields["errno"], fields["wait_status"], fields["descendants_reaped"], op_id)
-        observed = {fields["limit"]}
-        if after[0] > before[0]:
-            observed.add("MEMORY")
-        if after[1] > before[1]:
-            observed.add("PIDS")
         return OpResult(
-            limit=limits.worst(observed),
+            limit=op_class(fields["limit"], memory_events=after[0] > before[0], pids_events=after[1] > before[1]),
             wait_status=fields["wait_status"],
             descendants_reaped=fields["descendants_reaped"],
             wall_ms=fields["wall_ms"],

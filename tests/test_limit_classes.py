@@ -8,6 +8,8 @@ import pytest
 
 from launcher import limits
 from launcher.ops import classify
+from launcher.protocol import ProtocolError
+from steward.starter import op_class
 
 
 def test_priority_puts_hit_limits_before_their_consequences():
@@ -42,3 +44,17 @@ def test_the_launcher_classifies_what_it_observed(status, flags, expected):
     assert classify(status, **observed) == expected
 
 
+
+
+def test_the_starter_adds_the_cgroup_events_to_the_launchers_class():
+    """S10: a memory or pids event the cgroup counted names the class, over what the launcher saw."""
+    assert op_class("OK", memory_events=False, pids_events=False) == "OK"
+    assert op_class("SIGNALLED", memory_events=True, pids_events=False) == "MEMORY"
+    assert op_class("EXIT_NONZERO", memory_events=False, pids_events=True) == "PIDS"
+
+
+@pytest.mark.parametrize("reported", ["BOGUS", "ok", "", "MEMORY", "PIDS"])
+def test_a_class_the_launcher_may_not_report_is_refused_never_read_as_ok(reported):
+    """S10, fail closed: an unknown class (or one only the cgroup may name) ends the sandbox; it never becomes OK."""
+    with pytest.raises(ProtocolError, match="limit class"):
+        op_class(reported, memory_events=False, pids_events=False)
