@@ -10,20 +10,14 @@ reaches a child, even when a caller asks for it explicitly.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
+
+from launcher.environment import forbidden_variable
 
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Every sandboxed op's environment starts from these (S7); nothing of the host's passes.
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
 PASS_THROUGH = ("TZ", "TERM")
-_CREDENTIAL = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE|AUTH|COOKIE|SESSION", re.IGNORECASE)
-
-
-def forbidden_variable(name: str) -> bool:
-    """True for a name that must never reach a trusted-side subprocess."""
-    upper = name.upper()
-    return upper.startswith("GIT_") or upper.startswith("ACTIONS_") or bool(_CREDENTIAL.search(name))
 
 
 def trusted_env(overrides: Mapping[str, str] | None = None, *, parent: Mapping[str, str] | None = None) -> dict[str, str]:

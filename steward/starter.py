@@ -29,7 +29,9 @@ import signal
 import socket
 import subprocess
 
+from journal.errors import Refused
 from launcher import drop, limits, protocol
+from launcher.environment import forbidden_variable
 from launcher.protocol import Channel, ProtocolError
 from steward import cgroups, dedicated, hostnetwork, procfs, provision
 from steward.api import HOST_NETWORK, LOOPBACK, NETWORKS, Limits, OpNotStarted, OpResult
@@ -393,7 +395,14 @@ class Sandbox:
         stdout_cap: int,
         stderr_cap: int,
     ) -> OpResult | OpNotStarted:
-        """Run one exec op; its identity is durable before it is released."""
+        """Run one exec op; its identity is durable before it is released.
+
+        S7: no ``GIT_*`` variable and nothing named like a credential enters
+        the op, whoever built its environment (a refusal, before anything runs).
+        """
+        for name in sorted(env):
+            if forbidden_variable(name):
+                raise Refused(f"op environment {name}", "GIT_* variables and credentials never enter a sandbox (S7)")
         if self.channel is None:
             raise SandboxFailure("the sandbox is closed")
         try:

@@ -99,3 +99,16 @@ def test_malformed_entries_are_refused(entry):
     name, value = entry
     with pytest.raises(ValueError, match="not a valid environment entry"):
         trusted_env({name: value})
+
+
+@pytest.mark.parametrize("name", ["GIT_DIR", "git_config_key_0", "GITHUB_TOKEN", "ACTIONS_RUNTIME_URL", "Npm_Auth"])
+def test_the_starter_refuses_a_git_variable_or_a_credential_in_any_op(tmp_path, name):
+    """S7: whoever built an op's environment (the case service, a daemon client, sandbox run), the starter
+    refuses GIT_* and credential names before anything is sent to the sandbox."""
+    from journal.errors import Refused
+    from steward.ledger import RecordingLedger
+    from steward.starter import Sandbox, Spec
+
+    sandbox = Sandbox(Spec(2, 2), RecordingLedger(), str(tmp_path))
+    with pytest.raises(Refused, match=f"op environment {name}: GIT_\\* variables and credentials never enter a sandbox"):
+        sandbox.run(["/usr/bin/true"], env={"PATH": "/usr/bin", name: "x"}, timeout_ms=1000, stdout_cap=0, stderr_cap=0)

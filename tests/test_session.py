@@ -83,6 +83,20 @@ def test_the_op_identity_is_exactly_what_the_journal_recorded(steward, state_pat
     assert outcome.head == by_op[(Kind.DESCENDANTS_TERMINAL, outcome.op_id)].digest
 
 
+def test_an_op_environment_with_a_token_is_refused_and_never_runs(steward, state_path):
+    """S7: the session refuses a credential or GIT_* name in an op's environment before the op exists;
+    the sandbox stays usable and the journal records no process for the refused op."""
+    session = steward.open_session("attempt-env")
+    session.start_sandbox()
+    with pytest.raises(Refused, match="op environment GITHUB_TOKEN"):
+        session.run(["/usr/bin/env"], env={**ENV, "GITHUB_TOKEN": "ghs_secret"}, timeout_ms=10_000, stdout_cap=1024, stderr_cap=1024)
+    assert run_true(session).observation.limit == "OK"
+    session.close_sandbox()
+    closed = session.close()
+    intents = [record for record in sealed_reading(state_path, closed.stage_id).records if record.kind is Kind.PROCESS_INTENT]
+    assert [record.fields["role"] for record in intents].count("descendant") == 1
+
+
 def test_a_session_is_refused_while_the_dedicated_ids_are_in_use(steward, state_path, sandbox_ids):
     """S6: opening a session checks, under the lease, that no live process uses the dedicated ids; no stage is made."""
     uid, gid = sandbox_ids
