@@ -7,7 +7,8 @@ import argparse
 from executor.frontend import EXIT_NOT_OK, EXIT_OK, EXIT_UNVERIFIED
 from journal.errors import Refused
 
-_EXIT = {"PASS": EXIT_OK, "FAIL": EXIT_NOT_OK, "UNVERIFIED": EXIT_UNVERIFIED}
+# The exit code of each verdict, for evaluate and for verify (which ends by evaluating).
+EXIT_BY_VERDICT = {"PASS": EXIT_OK, "FAIL": EXIT_NOT_OK, "UNVERIFIED": EXIT_UNVERIFIED}
 
 
 def _seconds(wall_ms: int | None) -> str:
@@ -46,7 +47,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         print(table(report))
         print(f"verdict: {report.verdict} (report: {path})")
-    return _EXIT[report.verdict]
+    return EXIT_BY_VERDICT[report.verdict]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -7,10 +7,7 @@ import os
 import sys
 from typing import Callable
 
-from executor.frontend import EXIT_NOT_OK, EXIT_OK, EXIT_UNVERIFIED
 from journal.errors import Refused
-
-EXIT_BY_VERDICT = {"PASS": EXIT_OK, "FAIL": EXIT_NOT_OK, "UNVERIFIED": EXIT_UNVERIFIED}
 
 
 def progress_printer() -> Callable[[str], None]:
@@ -26,7 +23,7 @@ def progress_printer() -> Callable[[str], None]:
 
 def show(verified) -> int:
     """The verdict table, the notes, the evidence and tombstone paths; the exit code of the verdict."""
-    from executor.commands.evaluate import table
+    from executor.commands.evaluate import EXIT_BY_VERDICT, table
 
     print(table(verified.report))
     for note in verified.notes:
