@@ -10,18 +10,17 @@ import sys
 
 from executor import config as configuration
 from executor.capability import open_capability
-from executor.environ import forbidden_variable
+from executor.environ import SANDBOX_ENV, forbidden_variable
 from executor.frontend import EXIT_OK, InternalFailure
 from journal.errors import Refused
 from journal.strictjson import canonical, decode_lossy
 from launcher.protocol import MAX_OUTPUT_CAP
+from launcher.rendezvous import is_capability_target
 from steward.api import MIB, Limits
 from steward.failure import SandboxFailure
 from steward.ledger import RecordingLedger
 from steward.starter import OpNotStarted, Sandbox, Spec
 
-CAPABILITY_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
-SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
 DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_OUTPUT_KIB = 64
 
@@ -37,8 +36,10 @@ def _bounded(low: int, high: int):
 
 def _capability(text: str) -> tuple[str, str]:
     name, separator, directory = text.partition("=")
-    if not separator or not CAPABILITY_NAME.match(name):
-        raise argparse.ArgumentTypeError(f"{text!r} must be NAME=DIR with NAME matching {CAPABILITY_NAME.pattern}")
+    if not separator or not is_capability_target(f"/cap/{name}"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be NAME=DIR, NAME 1 to 64 of a-z 0-9 _ -, starting with a letter or digit"
+        )
     if not directory.startswith("/"):
         raise argparse.ArgumentTypeError(f"{text!r}: DIR must be an absolute path")
     return name, directory
