@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -177,3 +178,57 @@ def test_the_tools_run_from_their_module_list_alone(dirs, tmp_path):
     )
     assert answer.returncode == 0, answer.stderr
     assert [json.loads(line)["leaf"] for line in answer.stdout.splitlines()] == ["BEGIN", "PIN", "END"]
+
+
+def _zip(path: pathlib.Path, members: dict[str, bytes]) -> str:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return str(path)
+
+
+def test_a_wheel_must_hold_exactly_one_top_level_metadata(tmp_path):
+    """Step 4: METADATA is read from the one top-level *.dist-info/METADATA; none or two leave the wheel unusable."""
+    from executor.resolver import MetadataError, metadata
+
+    meta = b"Metadata-Version: 2.1\nName: lib\nVersion: 1.0\n"
+    two = _zip(tmp_path / "two.whl", {"a-1.0.dist-info/METADATA": meta, "b-1.0.dist-info/METADATA": meta})
+    none = _zip(tmp_path / "none.whl", {"lib/__init__.py": b"", "x/a-1.0.dist-info/METADATA": meta})
+    for path in (two, none):
+        with pytest.raises(MetadataError, match="top-level METADATA files, not one"):
+            metadata(path)
+    assert metadata(_zip(tmp_path / "one.whl", {"a-1.0.dist-info/METADATA": meta}))["Name"] == "lib"
+
+
+def test_a_metadata_over_its_cap_is_refused_unread(tmp_path):
+    """Step 4, bounded reads: a METADATA past METADATA_MAX_BYTES is refused (at most the cap plus one byte is read)."""
+    from executor.resolver import METADATA_MAX_BYTES, MetadataError, metadata
+
+    big = b"Metadata-Version: 2.1\nName: lib\nVersion: 1.0\nSummary: " + b"x" * METADATA_MAX_BYTES + b"\n"
+    with pytest.raises(MetadataError, match=f"METADATA over {METADATA_MAX_BYTES} bytes"):
+        metadata(_zip(tmp_path / "big.whl", {"lib-1.0.dist-info/METADATA": big}))
+
+
+def test_only_regular_wheel_files_of_a_supported_tag_are_candidates(dirs):
+    """Step 4: a symlink named like a wheel, or a wheel for another platform's tags, is never pinned."""
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0", "lib")
+    real = wheel(index, "lib", "1.0")
+    os.symlink(index / real, index / "lib-9.0-py3-none-any.whl")
+    os.rename(index / real, index / "lib-1.0-py3-none-win_amd64.whl")
+    assert resolve(candidate, index)[-1] == {"leaf": "FAIL", "reason": "no_match", "requirement": "lib", "seq": 1}
+
+
+def test_hash_regular_hashes_only_a_regular_file(tmp_path):
+    """Step 4: the trusted side hashes an index or sealed file only if it is a regular file: a directory,
+    a FIFO or a symlink under a wheel's name has no digest, so it can never match an ACKed hash."""
+    (tmp_path / "dir.whl").mkdir()
+    os.mkfifo(tmp_path / "fifo.whl")
+    (tmp_path / "real.whl").write_bytes(b"wheel")
+    os.symlink(tmp_path / "real.whl", tmp_path / "link.whl")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert [hash_regular(fd, name) for name in ("dir.whl", "fifo.whl", "link.whl", "missing.whl")] == [None] * 4
+        assert hash_regular(fd, "real.whl") == hashlib.sha256(b"wheel").hexdigest()
+    finally:
+        os.close(fd)
