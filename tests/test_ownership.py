@@ -90,6 +90,16 @@ def test_a_ready_sandbox_is_taken_by_its_owner_alone(session):
     assert running.close() is None and session.closed_sandboxes == 1
 
 
+def test_a_closed_sandbox_runs_no_op(session):
+    """C9: a taken sandbox runs ops only until it is closed; an op after close is refused, never sent."""
+    owner = object()
+    running = Gate(session).starter(CASE_SERVICE, owner).start().take(owner)
+    running.close()
+    with pytest.raises(OwnershipError, match="is closed"):
+        running.run(["true"], env={}, timeout_ms=1, stdout_cap=1, stderr_cap=1)
+    assert session.ops == []
+
+
 def test_an_untaken_ready_sandbox_closes_and_returns_its_head(session):
     """C9: a READY capability that is never taken is closed: the sandbox is shut down, the head returned."""
     owner = object()

@@ -227,6 +227,21 @@ def test_a_resolver_output_cut_by_its_cap_is_never_accepted(tmp_path, staging, i
     assert isinstance(result, Unresolved) and result.code == "incomplete"
 
 
+def test_a_fetch_that_fails_leaves_the_dependencies_unresolved(tmp_path, staging, index):
+    """Step 4: pip download ending nonzero is fetch_failed, named as such, never read as an empty fetch."""
+
+    def answer(op):
+        if "resolve" in op.argv:
+            return outcome(stdout=BEGIN + PIN + END)
+        return outcome(limit="EXIT_NONZERO", wait_status=1 << 8)
+
+    session = FakeSession(tmp_path / "s", answer)
+    preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
+    result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=[], candidate={"demo-app": "1.0"})
+    session.release()
+    assert isinstance(result, Unresolved) and result.code == "fetch_failed" and "EXIT_NONZERO" in result.sentence
+
+
 # --- a shard's evaluation -------------------------------------------------------------------------
 
 
@@ -324,6 +339,51 @@ def test_a_refused_bundle_blocks_every_case(tmp_path):
     session = FakeSession(tmp_path / "s", lambda op: outcome(limit="EXIT_NONZERO", wait_status=64 << 8))
     blocked = service_for(session).extract()
     assert isinstance(blocked, Blocked) and "EXIT_NONZERO" in blocked.sentence
+
+
+def test_a_sealed_extraction_holding_a_file_that_is_no_wheel_blocks_every_case(tmp_path):
+    """T6: the wheels are named by the sealed files; one that is not a valid wheel file name blocks the
+    cases instead of reaching the resolver or an install."""
+    from executor.ustar import TOP
+
+    def answer(op):
+        (op.outputs["candidate"] / TOP).mkdir()
+        (op.outputs["candidate"] / TOP / "not-a-wheel.whl").write_bytes(b"x")
+        return outcome()
+
+    blocked = service_for(FakeSession(tmp_path / "s", answer)).extract()
+    assert isinstance(blocked, Blocked) and blocked.step == "extraction" and "not-a-wheel.whl" in blocked.sentence
+
+
+def test_an_install_that_fails_blocks_every_case_and_seals_nothing(tmp_path):
+    """E6, step 5: a failed install is a Blocked step that every case's receipt names; the site is never sealed."""
+    from executor.caseservice import Extraction
+    from executor.receipts import STEP_INSTALL
+    from steward.api import Sealed
+
+    session = FakeSession(tmp_path / "s", lambda op: outcome(limit="EXIT_NONZERO", wait_status=1 << 8))
+    sealed = Sealed("candidate", "sha256:" + "1" * 64, 1, 1, 1)
+    extraction = Extraction(sealed, "sha256:" + "2" * 64, ("demo_app-1.0-py3-none-any.whl",))
+    blocked = service_for(session).install(extraction, Dependencies(dataclasses.replace(sealed, name="deps"), ()))
+    assert isinstance(blocked, Blocked) and blocked.step == STEP_INSTALL and "pip install failed" in blocked.sentence
+    assert not (tmp_path / "s" / "sealed" / "site").exists()
+
+
+def test_a_junit_output_that_cannot_be_sealed_is_a_refused_report_and_the_next_cases_still_run(tmp_path):
+    """E5, E6: the candidate fills its own junit output; if that cannot be sealed (a symlink, a FIFO), the
+    pytest case's report is refused (UNVERIFIED) and every later case still runs and gets its receipt."""
+    session = FakeSession(tmp_path / "s")
+    sealing = session.seal_output
+
+    def seal_output(name):
+        if name.startswith("junit-"):
+            raise Refused(f"output {name}/link", "is a symlink; a sealed output holds only regular files and directories")
+        return sealing(name)
+
+    session.seal_output = seal_output
+    runs = service_for(session).run_cases(CASES, BINDING, None)
+    assert [run.case_id for run in runs] == ["c0", "c1", "c2"]
+    assert receipts(session)["c0"].pytest.report == "refused"
 
 
 def wheel_bytes() -> bytes:
