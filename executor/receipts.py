@@ -20,6 +20,7 @@ from journal.closed import ClosedObject
 from journal.createonly import publish_once
 from journal.format import HEX64, ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
+from launcher import limits
 
 SCHEMA = "casebox.receipt.v1"
 SUFFIX = ".receipt.json"
@@ -33,7 +34,7 @@ STEP_DEPENDENCIES = "dependencies"
 STEP_INSTALL = "install"
 STEP_SANDBOX = "sandbox"
 # The limit classes of docs/launcher.md (S10), then the class of an op that never reached exec.
-LIMIT_CLASSES = ("OK", "EXIT_NONZERO", "SIGNALLED", "TIMEOUT", "MEMORY", "PIDS", "OUTPUT", "DISK", NOT_STARTED)
+LIMIT_CLASSES = (*limits.CLASSES, NOT_STARTED)
 # How the journal records a case op (journal/format.py's closed sets): the role
 # of its PROCESS_INTENT and the reaper of its PROCESS_TERMINAL. The op is a
 # descendant of the sandbox's pid 1, the launcher, which reaps it. The case
