@@ -17,7 +17,7 @@ from executor.frontend import open_regular
 from executor.ustar import ARCHIVE_MAX_BYTES
 from journal.closed import SHA256_HEX, ClosedObject, check_digest, check_str
 from journal.errors import Refused
-from journal.format import ID as ATTEMPT_ID
+from journal.format import check_id
 from journal.strictjson import canonical, loads
 
 SCHEMA = "casebox.handoff.v1"
@@ -60,7 +60,7 @@ class Handoff:
 
 
 def check_attempt(value: str, where: str) -> str:
-    return check_str(value, where, max_bytes=64, pattern=ATTEMPT_ID, rule=f"must match {ATTEMPT_ID.pattern[:-2]}")
+    return check_id(value, where)
 
 
 def check_sha256(value: str, where: str) -> str:

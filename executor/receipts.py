@@ -18,7 +18,7 @@ from executor.junit import READ, REPORT_STATES, JunitCounts, PytestEvidence
 from executor.plan import CASE_ID
 from journal.closed import ClosedObject
 from journal.createonly import publish_once
-from journal.format import HEX64, ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
+from journal.format import ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
 from launcher import limits
 
@@ -215,10 +215,6 @@ def publish_receipt(dir_fd: int, receipt: Receipt) -> bool:
 
 # Reading
 
-def _hex(fields: ClosedObject, key: str) -> str:
-    return fields.pop_str(key, max_bytes=64, pattern=HEX64, rule="must be 64 lowercase hex digits")
-
-
 def _nullable_object(fields: ClosedObject, key: str) -> ClosedObject | None:
     value = fields.pop_nullable(key)
     return None if value is None else ClosedObject(value, child_path(fields.path, key))
@@ -354,7 +350,7 @@ def receipt_from_value(value: object) -> Receipt:
     not_started = _not_started(_nullable_object(fields, "not_started"))
     observed = _observed(_nullable_object(fields, "observed"))
     pytest = _pytest(_nullable_object(fields, "pytest"))
-    journal_head = _hex(fields, "journal_head")
+    journal_head = fields.pop_sha256("journal_head")
     fields.done()
     outcome = Outcome(limit, wait_status, descendants, observed, not_started)
     _check_outcome(outcome, process)

@@ -14,7 +14,7 @@ import struct
 from typing import Any, Callable, Mapping
 
 from journal import strictjson
-from journal.closed import ClosedObject
+from journal.closed import ClosedObject, check_str
 from journal.strictjson import StrictJSONError
 
 HEADER = struct.Struct(">IHBB")
@@ -39,10 +39,10 @@ MAX_HELPER_ATTEMPT = 255
 MAX_TARGET_BYTES = 4_095
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+ID_RULE = "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric"
 # The steward names a sandbox that had the host's network <stage>-<n>-net (docs/launcher.md), so every op
 # id of it (<sandbox>.launcher, .init, .mount-N, .op-N) tells a reviewer and the evaluator so.
 NETWORK_SANDBOX_SUFFIX = "-net"
-HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 TARGET = re.compile(r"(?:/\Z|(?:/(?!\.\.?(?:/|\Z))[!-.0-~]+)+\Z)")
 NOTE = re.compile(r"[ -~]*\Z")
 
@@ -147,13 +147,13 @@ def encode_frame(kind: Kind, payload: bytes) -> bytes:
 
 # Payload schemas: each kind's frozen keys, every one required, none other allowed.
 
+def check_id(value: object, where: str) -> str:
+    """The one id rule: journal, stage, attempt and op ids, here, in receipts, seal markers and the steward."""
+    return check_str(value, where, max_bytes=64, pattern=ID, rule=ID_RULE)
+
+
 def pop_id(fields: ClosedObject, key: str) -> str:
-    """The one id rule: journal, stage, attempt and op ids, here and in receipts."""
-    return fields.pop_str(key, max_bytes=64, pattern=ID, rule="must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric")
-
-
-def _hex(fields: ClosedObject, key: str) -> str:
-    return fields.pop_str(key, max_bytes=64, pattern=HEX64, rule="must be 64 lowercase hex digits")
+    return fields.pop_str(key, max_bytes=64, pattern=ID, rule=ID_RULE)
 
 
 def _time(fields: ClosedObject, key: str) -> int:
@@ -244,7 +244,7 @@ def _mount(fields: ClosedObject) -> dict:
 def _helper_attempt(fields: ClosedObject) -> dict:
     return {
         "attempt": fields.pop_int("attempt", low=1, high=MAX_HELPER_ATTEMPT),
-        "response_digest": _hex(fields, "response_digest"),
+        "response_digest": fields.pop_sha256("response_digest"),
         "outcome": _one_of(fields, "outcome", HELPER_OUTCOMES),
     }
 
@@ -252,10 +252,10 @@ def _helper_attempt(fields: ClosedObject) -> dict:
 def _cleanup_evidence(fields: ClosedObject) -> dict:
     return {
         "outcome": _one_of(fields, "outcome", CLEANUP_OUTCOMES),
-        "journal_head": _hex(fields, "journal_head"),
-        "process_inventory_digest": _hex(fields, "process_inventory_digest"),
-        "mount_inventory_digest": _hex(fields, "mount_inventory_digest"),
-        "preceding_process_digest": _hex(fields, "preceding_process_digest"),
+        "journal_head": fields.pop_sha256("journal_head"),
+        "process_inventory_digest": fields.pop_sha256("process_inventory_digest"),
+        "mount_inventory_digest": fields.pop_sha256("mount_inventory_digest"),
+        "preceding_process_digest": fields.pop_sha256("preceding_process_digest"),
     }
 
 
@@ -289,7 +289,7 @@ def time_key(kind: Kind) -> str:
 def check_fields(kind: Kind, value: Any) -> dict[str, Any]:
     """The fields of a decoded payload value, checked against the kind's frozen schema."""
     fields = ClosedObject(value, "$")
-    checked = {"prev": _hex(fields, "prev")}
+    checked = {"prev": fields.pop_sha256("prev")}
     if kind is not Kind.GENESIS:
         checked["at"] = _time(fields, "at")
     checked.update(SCHEMAS[kind](fields))

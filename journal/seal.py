@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 
 from journal.closed import ClosedObject
-from journal.format import HEX64, ID
+from journal.format import pop_id
 from journal.strictjson import StrictJSONError, canonical, loads
 
 SCHEMA = "casebox.seal.v1"
 NAME = "seal.json"
 SEAL_MAX_BYTES = 4_096
-_ID_RULE = "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +45,10 @@ def seal_from_value(value: object) -> SealMarker:
     fields = ClosedObject(value)
     fields.pop_const("schema", SCHEMA)
     marker = SealMarker(
-        attempt_id=fields.pop_str("attempt_id", max_bytes=64, pattern=ID, rule=_ID_RULE),
-        stage_id=fields.pop_str("stage_id", max_bytes=64, pattern=ID, rule=_ID_RULE),
-        journal_id=fields.pop_str("journal_id", max_bytes=64, pattern=ID, rule=_ID_RULE),
-        head=fields.pop_str("head", max_bytes=64, pattern=HEX64, rule="must be 64 lowercase hex digits"),
+        attempt_id=pop_id(fields, "attempt_id"),
+        stage_id=pop_id(fields, "stage_id"),
+        journal_id=pop_id(fields, "journal_id"),
+        head=fields.pop_sha256("head"),
     )
     fields.done()
     return marker

@@ -27,9 +27,9 @@ from journal.errors import Refused
 from journal.files import read_stored
 from journal.format import (
     HEADER_BYTES,
-    ID,
     Kind,
     chain_step,
+    check_id,
     encode_frame,
     encode_payload,
     genesis_digest,
@@ -112,8 +112,7 @@ class JournalWriter:
         """Create journal ``name`` in the directory ``dir_fd`` with its durable GENESIS record (J5)."""
         _check_name(name)
         for key, value in (("journal_id", journal_id), ("stage_id", stage_id)):
-            if type(value) is not str or not ID.match(value):
-                raise Refused(key, "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric")
+            check_id(value, key)
         start = genesis_digest(journal_id, stage_id)
         fields = {"prev": start.hex(), "journal_id": journal_id, "stage_id": stage_id, "attempt_id": attempt_id, "created": clock()}
         payload, checked = encode_payload(Kind.GENESIS, fields)

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 from journal.createonly import publish_once
 from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
-from journal.format import CAP, ID, NETWORK_SANDBOX_SUFFIX
+from journal.format import CAP, NETWORK_SANDBOX_SUFFIX, check_id
 from journal.seal import NAME as SEAL_NAME
 from journal.writer import JournalWriter
 from steward import api, attempts, cleanup, dedicated, documents, outputs, procfs, retirement
@@ -163,8 +163,7 @@ class Steward:
         ``single``: this steward exists for this one session (embedded mode)
         and is closed when the session ends.
         """
-        if type(attempt_id) is not str or not ID.match(attempt_id):
-            raise Refused("attempt_id", "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric")
+        check_id(attempt_id, "attempt_id")
         settings = self.settings
         with self.root.lease(settings.uid, wait_seconds=settings.lease_seconds):
             dedicated.require_unused(settings.uid, settings.gid)

@@ -131,7 +131,7 @@ def test_only_a_regular_file_is_preflighted(tmp_path, capsys, target):
     [
         (["--sha256", "ABC"], "--sha256: must be 64 lowercase hex digits"),
         (["--sha256", "0" * 64, "--attempt", "a1"], "are given together or not at all"),
-        (["--sha256", "0" * 64, "--attempt", "../x", "--plan", str(PLAN)], "--attempt: must match"),
+        (["--sha256", "0" * 64, "--attempt", "../x", "--plan", str(PLAN)], "--attempt: must be an id"),
     ],
 )
 def test_bad_preflight_arguments_exit_64(tmp_path, capsys, argv, rule):

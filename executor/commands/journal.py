@@ -14,7 +14,8 @@ import sys
 from executor.frontend import EXIT_NOT_OK, EXIT_OK
 from journal.createonly import open_directory, publish_once
 from journal.files import load_for_review
-from journal.format import HEX64, ID
+from journal.closed import SHA256_HEX
+from journal.format import ID, ID_RULE
 from journal.reader import Reading, Verdict, read_journal
 from journal.replay import render_text
 from journal.replay_html import render_html
@@ -25,14 +26,14 @@ _PATH_HELP = "a journal file, or a stage or tombstone directory holding one as '
 
 
 def _hex(text: str) -> str:
-    if not HEX64.match(text):
+    if not SHA256_HEX.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not 64 lowercase hex digits")
     return text
 
 
 def _id(text: str) -> str:
     if not ID.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an id (1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric)")
+        raise argparse.ArgumentTypeError(f"{text!r} {ID_RULE}")
     return text
 
 

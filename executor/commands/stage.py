@@ -10,13 +10,13 @@ from executor import config as configuration
 from executor.frontend import EXIT_NOT_OK, EXIT_OK, InternalFailure
 from executor.sessions import settings_from
 from journal.errors import Refused
-from journal.format import ID, Kind
+from journal.format import ID, ID_RULE, Kind
 from journal.strictjson import canonical
 
 
 def _id(text: str) -> str:
     if not ID.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a stage id (1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric)")
+        raise argparse.ArgumentTypeError(f"{text!r} {ID_RULE}")
     return text
 
 
