@@ -1,0 +1,97 @@
+"""The daemon's request decoding and socket set-up (steward/server.py), unprivileged, without a steward behind it."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from journal.closed import ClosedObject
+from journal.errors import Refused
+from steward import server
+from steward.wire import CLIENT, STEWARD, Endpoint, WireError
+
+
+@pytest.mark.parametrize("name", ["1ABC", "A-B", "A=B", "", "Ä", "A B"])
+def test_an_op_environment_name_that_is_not_a_variable_name_is_refused(name):
+    """S7: RUN's env names are variable names (letters, digits, underscore, no leading digit), nothing else."""
+    with pytest.raises(Refused, match="must be a variable name"):
+        server._environment(ClosedObject({"env": {name: "x"}}, "$.body"))
+    assert server._environment(ClosedObject({"env": {"_OK1": "x", "PATH": "/usr/bin"}}, "$.body")) == {"_OK1": "x", "PATH": "/usr/bin"}
+
+
+@pytest.mark.parametrize("item", ["a\x00b", "x" * 131_073, 7])
+def test_an_argv_item_with_nul_over_its_cap_or_not_a_string_is_refused(item):
+    """S7: RUN's argv holds strings without NUL of at most 128 KiB, so what reaches execve is what was asked."""
+    with pytest.raises(Refused, match="must be a string without NUL of at most 128 KiB"):
+        server._strings(ClosedObject({"argv": ["/usr/bin/true", item]}, "$.body"), "argv", min_items=1, max_items=4)
+
+
+@pytest.fixture
+def connection():
+    near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    yield server.Connection(None, far, (1, 0, 0)), Endpoint(near, CLIENT)
+    near.close()
+    far.close()
+
+
+@pytest.mark.parametrize("first", ["RUN", "START", "CLOSE", "PUBLISH"])
+def test_a_session_request_before_open_ends_the_connection(connection, first):
+    """S2 for the daemon: requests are sequenced; nothing but OPEN can come first."""
+    conn, client = connection
+    client.send(first, {})
+    with pytest.raises(WireError, match=f"{first} arrived where OPEN was expected"):
+        conn._one()
+    assert conn.session is None
+
+
+@pytest.fixture
+def new_server():
+    """A server over no steward, for its socket set-up alone; its stop pipe is closed afterwards."""
+    made = []
+
+    def make(path: str) -> server.Server:
+        made.append(server.Server(None, socket_path=path, client_uids=(0,)))
+        return made[-1]
+
+    yield make
+    for each in made:
+        if each.listener is not None:
+            each.listener.close()
+        os.close(each._stop_read)
+        os.close(each._stop_write)
+
+
+def test_a_socket_path_holding_something_else_is_never_replaced(tmp_path, new_server):
+    """F3: the daemon removes only a stale socket at its path; a regular file there is refused and kept."""
+    path = tmp_path / "steward.sock"
+    path.write_text("not a socket")
+    with pytest.raises(Refused, match="exists and is not a socket"):
+        new_server(str(path)).listen()
+    assert path.read_text() == "not a socket"
+
+
+def test_a_socket_another_steward_serves_is_never_taken_over(tmp_path, new_server):
+    """One steward per socket: a path where a live listener answers is refused, and that listener keeps it."""
+    path = str(tmp_path / "steward.sock")
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        live.bind(path)
+        live.listen(1)
+        with pytest.raises(Refused, match="another steward is already serving on it"):
+            new_server(path).listen()
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        probe.connect(path)
+        probe.close()
+    finally:
+        live.close()
+
+
+def test_a_stale_socket_is_replaced(tmp_path, new_server):
+    """A socket nobody listens on any more (a steward that crashed) is removed and bound again."""
+    path = str(tmp_path / "steward.sock")
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stale.bind(path)
+    stale.close()
+    assert new_server(path).listen().startswith("mode 06")
