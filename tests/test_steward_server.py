@@ -95,3 +95,16 @@ def test_a_stale_socket_is_replaced(tmp_path, new_server):
     stale.bind(path)
     stale.close()
     assert new_server(path).listen().startswith("mode 06")
+
+
+@pytest.mark.parametrize("text", ["!!!!", "YWJj\n", "YW Jj", "YWJ"])
+def test_publish_takes_strict_base64_only(connection, text):
+    """E4 over the wire: an evidence file's bytes arrive as strict base64; text with anything else in it is
+    refused, never decoded around the junk into other bytes than were sent."""
+    conn, _ = connection
+    published = []
+    conn.session = type("Session", (), {"publish": lambda self, name, data: published.append((name, data))})()
+    with pytest.raises(Refused, match="must be base64"):
+        conn._do_publish(ClosedObject({"name": "a.receipt.json", "data": text}, "$.body"), [])
+    conn._do_publish(ClosedObject({"name": "a.receipt.json", "data": "YWJj"}, "$.body"), [])
+    assert published == [("a.receipt.json", b"abc")]
