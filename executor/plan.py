@@ -52,12 +52,6 @@ class Plan(collections.namedtuple("Plan", "cases")):
     def digest(self) -> str:
         return "sha256:" + hashlib.sha256(self.canonical_bytes()).hexdigest()
 
-    def case(self, case_id: str) -> Case:
-        for case in self.cases:
-            if case.id == case_id:
-                return case
-        raise KeyError(case_id)
-
 
 def _case_from(path: str, value: object) -> Case:
     fields = ClosedObject(value, path)

@@ -75,10 +75,6 @@ class Runtime:
     def digest(self) -> str:
         return "sha256:" + hashlib.sha256(canonical(self.document)).hexdigest()
 
-    @property
-    def version_info(self) -> tuple[int, ...]:
-        return tuple(int(part) for part in self.version.split("."))
-
 
 def choose_interpreter(running: str = sys.executable) -> str:
     """The real path of the runtime: casebox's own interpreter when it lies under /usr, else /usr/bin/python3's."""

@@ -104,10 +104,6 @@ def padded(length: int) -> int:
     return -(-length // ALIGN) * ALIGN
 
 
-def frame_size(length: int) -> int:
-    return HEADER_BYTES + padded(length)
-
-
 def genesis_digest(journal_id: str, stage_id: str) -> bytes:
     """d0: the chain's starting value, bound to the journal and the stage."""
     journal = journal_id.encode("ascii")

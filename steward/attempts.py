@@ -38,7 +38,6 @@ from steward.helper import RESPONSE_CAP, Request, Response
 
 MAX_ATTEMPTS = 3
 HELPER_COMMAND = (sys.executable, "-I", "-m", "steward.helper")
-ACCEPTED = ("CLEANED", "UNVERIFIED")
 UNREAPED, SIGNALLED, NONZERO, MISSING, INVALID = "UNREAPED", "SIGNALLED", "NONZERO", "MISSING", "INVALID"
 
 

@@ -86,10 +86,6 @@ class Lease:
         self._fd: int | None = fd
         self.uid = uid
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None

@@ -85,7 +85,7 @@ def decode(data: bytes, *, reply: bool) -> tuple[int, str, int | None, dict]:
         seq = fields.pop_int("seq", low=0, high=strictjson.MAX_SAFE_INTEGER)
         kind = fields.pop_str("type", max_bytes=32)
         re = fields.pop_int("re", low=0, high=strictjson.MAX_SAFE_INTEGER) if reply else None
-        body = fields.pop_object("body")
+        fields.pop_object("body")
         fields.done()
     except Refused as refusal:
         raise WireError(f"a message is refused: {refusal.sentence()}") from None
