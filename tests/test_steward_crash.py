@@ -32,11 +32,13 @@ from journal.files import JOURNAL_NAME
 from journal.reader import read_journal
 from journal.writer import (
     AFTER_FSYNC, AFTER_WRITE, BETWEEN_HEADER_AND_PAYLOAD, GENESIS_AFTER_DIR_FSYNC, GENESIS_AFTER_FSYNC,
-    GENESIS_AFTER_WRITE, GENESIS_BEFORE_WRITE,
+    GENESIS_AFTER_WRITE, GENESIS_BEFORE_WRITE, KILL_POINTS,
 )
 from sandbox_support import processes_of
 from steward import recovery, retirement
-from steward.session import AFTER_CLEANUP_EVIDENCE, AFTER_MOUNT_INTENT, AFTER_PROCESS_INTENT, AFTER_STAGE_DIRECTORY, Steward
+from steward.session import (
+    AFTER_CLEANUP_EVIDENCE, AFTER_MOUNT_INTENT, AFTER_PROCESS_INTENT, AFTER_STAGE_DIRECTORY, SESSION_KILL_POINTS, Steward,
+)
 from steward.stateroot import STAGES, STAGING, TOMBSTONES
 from steward_support import accept_all, settings
 
@@ -171,6 +173,13 @@ def _check_converged(state: str, acknowledged: list[str], sandbox_ids) -> None:
         twice = recovery.Recovery(steward.root, steward.settings).recover(stage_id)
         assert twice.ok and twice.after == assessment.state
         assert _journal_of(state, stage_id) == data, "a second recovery changed the journal"
+
+
+def test_every_named_kill_point_is_killed_at():
+    """J1, C5: every kill point the writer, the session and retirement name is in KILLS, so a new point
+    added to the path cannot go untested."""
+    named = set(KILL_POINTS) | set(SESSION_KILL_POINTS) | set(retirement.KILL_POINTS) | {"helper_after_intent", "helper_after_attempt"}
+    assert named == {point for point, _ in KILLS}
 
 
 @pytest.mark.parametrize("point, occurrence", KILLS, ids=[f"{point}-{occurrence}" for point, occurrence in KILLS])
