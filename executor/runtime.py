@@ -36,6 +36,7 @@ import sys
 from executor.environ import trusted_env
 from executor.frontend import InternalFailure
 from journal.errors import Refused
+from journal.files import read_evidence
 from journal.strictjson import canonical
 
 SCHEMA = "casebox.runtime-inventory.v1"
@@ -44,6 +45,8 @@ MINIMUM = (3, 11)
 SKIPPED = ("__pycache__", "site-packages", "dist-packages")
 DEBIAN_WHEELS = "/usr/share/python-wheels"
 INSTALLER = re.compile(r"pip-([0-9]+(?:\.[0-9]+){1,2})-py3-none-any\.whl\Z")
+# A pip wheel is a few MiB; the cap bounds what an index can make the trusted side read into memory.
+INSTALLER_MAX_BYTES = 64 << 20
 _QUERY = (
     "import json, sys, sysconfig; print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3], "
     "'cache_tag': sys.implementation.cache_tag, 'stdlib': sysconfig.get_path('stdlib')}))"
@@ -165,15 +168,14 @@ def _newest_installer(directory_fd: int) -> str | None:
     return max(versions)[1] if versions else None
 
 
-def _read_installer(directory_fd: int, name: str) -> bytes:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory_fd)
-    try:
-        chunks = []
-        while chunk := os.read(fd, _CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+def _read_installer(directory_fd: int, name: str, place: str) -> bytes:
+    """The installer wheel's bytes: a regular file (no symlink, never blocking on a FIFO), within its cap."""
+    data = read_evidence(directory_fd, name, INSTALLER_MAX_BYTES)
+    if data is None:
+        raise Refused(f"{place} {name}", "disappeared while the installer was chosen")
+    if len(data) > INSTALLER_MAX_BYTES:
+        raise Refused(f"{place} {name}", f"is larger than the {INSTALLER_MAX_BYTES}-byte cap of an installer wheel")
+    return data
 
 
 def find_installer(index_fd: int | None, stdlib: str) -> Installer:
@@ -187,7 +189,7 @@ def find_installer(index_fd: int | None, stdlib: str) -> Installer:
         try:
             name = _newest_installer(fd)
             if name is not None:
-                data = _read_installer(fd, name)
+                data = _read_installer(fd, name, "--index" if source == "index" else place)
                 return Installer(name, hashlib.sha256(data).hexdigest(), source, data)
         finally:
             os.close(fd)

@@ -67,3 +67,30 @@ def test_the_runtime_inventory_digest_is_its_canonical_document(repo):
     assert inspected.digest == again.digest and inspected.digest.startswith("sha256:")
     assert inspected.document["interpreter"]["path"] == inspected.interpreter
     assert inspected.document["installer"]["sha256"] == hashlib.sha256(inspected.installer.data).hexdigest()
+
+
+def test_an_installer_wheel_over_its_cap_or_not_a_regular_file_is_refused(tmp_path, monkeypatch):
+    """Bounded reads: the index's pip wheel is read through read_evidence, within INSTALLER_MAX_BYTES; a
+    larger one is refused, and one turned into a symlink after it was listed is refused, not followed."""
+    monkeypatch.setattr(runtime, "INSTALLER_MAX_BYTES", 16)
+    (tmp_path / "pip-24.2-py3-none-any.whl").write_bytes(b"x" * 17)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(Refused, match="--index pip-24.2-py3-none-any.whl: is larger than the 16-byte cap"):
+            runtime.find_installer(fd, str(tmp_path / "no-stdlib"))
+        (tmp_path / "pip-24.2-py3-none-any.whl").write_bytes(b"x" * 16)
+        assert runtime.find_installer(fd, str(tmp_path / "no-stdlib")).data == b"x" * 16
+        (tmp_path / "elsewhere").write_bytes(b"other")
+        newest = runtime._newest_installer
+        monkeypatch.setattr(runtime, "_newest_installer", lambda directory: _swap_for_link(tmp_path, newest(directory)))
+        with pytest.raises(Refused, match="is a symlink"):
+            runtime.find_installer(fd, str(tmp_path / "no-stdlib"))
+    finally:
+        os.close(fd)
+
+
+def _swap_for_link(directory, name: str) -> str:
+    """The race the read must survive: the chosen wheel becomes a symlink between the listing and the read."""
+    os.unlink(directory / name)
+    os.symlink(directory / "elsewhere", directory / name)
+    return name
