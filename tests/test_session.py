@@ -209,6 +209,20 @@ def test_an_output_is_capped(steward):
     session.close()
 
 
+def test_an_output_tmpfs_is_nosuid_nodev_noexec_on_the_host_too(steward, state_path):
+    """Outputs: the host side of an output (the tmpfs in the stage) is mounted nosuid, nodev and noexec, so
+    nothing the candidate writes there can be executed or used as a device on the host, in any namespace."""
+    session = steward.open_session("attempt-1")
+    try:
+        session.create_output("out", max_bytes=1 << 20)
+        target = os.path.join(state_path, "stages", session.stage_id, "live", "out")
+        with open("/proc/self/mountinfo") as mountinfo:
+            fields = [line.split() for line in mountinfo if line.split()[4] == target]
+    finally:
+        session.close()
+    assert len(fields) == 1 and {"nosuid", "nodev", "noexec"} <= set(fields[0][5].split(","))
+
+
 def test_an_output_mount_intent_is_durable_before_the_mount(state_path, sandbox_ids):
     """J1: when MOUNT_INTENT returns, the journal on disk holds it and the tmpfs is not mounted yet."""
     seen = []
