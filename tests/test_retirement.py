@@ -228,3 +228,50 @@ def test_a_stage_with_a_mount_left_under_it_is_never_renamed(steward, state_path
     finally:
         sc.umount2(str(point), 0)
     assert session.close().cleanup == "CLEANED"
+
+
+def test_a_preserved_stage_whose_host_residue_cannot_be_proved_gone_needs_an_operator(steward, state_path, monkeypatch):
+    """J4, C6: recovery of a preserved stage is deliberate (exit 0) only when its host residue was proved
+    removed; if the REMOVE_AND_PROVE pass leaves something, the report says so and is not ok."""
+    from steward import helper
+
+    stage_id = _sealed_session(steward)
+    stage = _back_to_stage(state_path, stage_id)
+    (stage / JOURNAL_NAME).write_bytes((stage / JOURNAL_NAME).read_bytes()[:-5])
+    residue = helper.Response(stage_id, "UNVERIFIED", 0, 0, 1, 0, "1 process(es) of the dedicated ids or recorded identities remain")
+    monkeypatch.setattr(recovery.helper, "remove_and_prove", lambda request: residue)
+    report = recovery.Recovery(steward.root, steward.settings).recover(stage_id)
+    assert (report.before, report.after, report.verdict, report.ok) == ("PRESERVED", "PRESERVED", "TORN", False)
+    assert "remain" in report.detail
+
+
+def test_outer_claims_are_read_only_from_the_document_the_cleanup_evidence_bound(tmp_path):
+    """C3, C4: recovery takes the runner's outer-group claims from the process inventory whose digest
+    CLEANUP_EVIDENCE bound; a document under that name holding other bytes gives no claim at all."""
+    from journal.strictjson import canonical
+    from steward import documents
+
+    genuine = canonical({"outer_groups": [{"sandbox": "s-1", "pgid": 42, "claim": "ABSENT"}]})
+    forged = canonical({"outer_groups": [{"sandbox": "s-1", "pgid": 42, "claim": "ABSENT"}, {"sandbox": "s-2", "pgid": 43, "claim": "ABSENT"}]})
+    (tmp_path / documents.digest(genuine)).write_bytes(genuine)
+    (tmp_path / documents.digest(b"other")).write_bytes(forged)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert recovery._outer_claims(fd, documents.digest(genuine)) == [("s-1", 42, True)]
+        assert recovery._outer_claims(fd, documents.digest(b"other")) == []
+        assert recovery._outer_claims(fd, "0" * 64) == []
+    finally:
+        os.close(fd)
+
+
+def test_recovery_removes_only_its_own_stages_sandbox_residue(steward, state_path):
+    """C5, S1: the staging files a killed starter left are removed for the stage being recovered alone;
+    another session's launcher and rendezvous socket stay where they are."""
+    staging = pathlib.Path(state_path) / "staging"
+    mine = ["launcher-aaaa-1.pyz", "rendezvous-aaaa-1.sock"]
+    theirs = ["launcher-bbbb-1.pyz", "rendezvous-bbbb-2.sock", "launcher-aaaab-1.pyz"]
+    for name in mine + theirs:
+        (staging / name).write_bytes(b"")
+    removed = recovery.remove_sandbox_residue(steward.root, "aaaa")
+    assert sorted(os.path.basename(path) for path in removed) == sorted(mine)
+    assert sorted(os.listdir(staging)) == sorted(theirs)
