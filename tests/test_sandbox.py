@@ -66,6 +66,12 @@ def test_every_intent_precedes_its_release_and_completion(sandbox_ids, state_roo
         assert seen[op] in (["mount_intent", "mount_done"], ["unmount_intent", "unmount_done"]), seen[op]
 
 
+def _mount_source(line: str) -> str:
+    """The source field of a mountinfo line: the launcher names its own tmpfs mounts ``casebox``, while a
+    session's output on the host is ``casebox-output``, which any copy of the host's mount table may hold."""
+    return line.split(" - ", 1)[1].split()[1]
+
+
 class _Watcher(RecordingLedger):
     """A ledger that holds each intent for a moment and looks at the blocked process meanwhile."""
 
@@ -87,7 +93,7 @@ class _Watcher(RecordingLedger):
             self.looks["argv_environ"] = open(f"/proc/{pid}/cmdline", "rb").read() + open(f"/proc/{pid}/environ", "rb").read()
         elif role == "namespace":
             self.init_pid = pid
-            self.looks[role] = "casebox" in open(f"/proc/{pid}/mountinfo").read()
+            self.looks[role] = any(_mount_source(line) == "casebox" for line in open(f"/proc/{pid}/mountinfo"))
             self.looks["namespaces"] = {
                 kind: os.readlink(f"/proc/{pid}/ns/{kind}") != os.readlink(f"/proc/self/ns/{kind}")
                 for kind in ("mnt", "pid", "net", "ipc", "uts", "cgroup")
