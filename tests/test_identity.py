@@ -211,3 +211,36 @@ def test_directory_digest_refuses_a_total_over_the_cap_before_reading(tmp_path, 
     """T2: files that each fit but together exceed the total cap are refused before any read."""
     sizes = {"a": ustar.MEMBER_MAX_BYTES, "b": ustar.MEMBER_MAX_BYTES, "c": ustar.MEMBER_MAX_BYTES, "d": 1}
     refused_before_reading(tmp_path, monkeypatch, sizes, "total cap")
+
+
+def test_writer_refuses_a_path_over_its_length_cap():
+    """T2, T5: a record's path is at most PATH_MAX_BYTES; a longer one is refused, never hashed."""
+    writer = identity.IdentityWriter(2, lambda data: None)
+    writer.present("d/" * (identity.PATH_MAX_BYTES // 2 - 1) + "ab", executable=False, length=0)
+    with pytest.raises(Refused, match=f"at most {identity.PATH_MAX_BYTES} bytes"):
+        writer.present("e/" * (identity.PATH_MAX_BYTES // 2) + "a", executable=False, length=0)
+
+
+@pytest.mark.parametrize("change, rule", [(b"more", "grew"), (None, "shrank")])
+def test_directory_digest_refuses_a_file_that_changes_while_it_is_hashed(tmp_path, monkeypatch, change, rule):
+    """T5: the digest covers exactly the length its record announced; a file that grows or shrinks after it
+    was sized is refused, never hashed with other bytes than its record says."""
+    (tmp_path / "a.whl").write_bytes(b"wheel bytes")
+    opened = identity._open_regular
+
+    def open_then_change(dir_fd, name):
+        fd, status = opened(dir_fd, name)
+        if change is None:
+            os.truncate(tmp_path / name, 3)
+        else:
+            with open(tmp_path / name, "ab") as file:
+                file.write(change)
+        return fd, status
+
+    monkeypatch.setattr(identity, "_open_regular", open_then_change)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(Refused, match=f"a.whl: the file {rule} while it was hashed"):
+            identity.digest_directory(fd)
+    finally:
+        os.close(fd)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import array
 import os
 import socket
+import threading
 
 import pytest
 
@@ -102,3 +104,35 @@ def test_an_op_outcome_crosses_the_wire_as_the_same_value():
         assert OpOutcome.from_wire(ClosedObject(wire)) == outcome
     assert not hasattr(ran, "step") and hasattr(failed, "step"), "receipts tell the two apart by their fields"
     assert OpOutcome("s-1", "s-1.op-2", 42, 7, 42, failed, head, head).exit_code is None
+
+
+def test_descriptors_past_the_control_space_end_the_connection_and_none_leaks(pair, tmp_path):
+    """SCM_RIGHTS is counted: more descriptors than the protocol's control space holds are truncated by the
+    kernel (MSG_CTRUNC), which ends the connection; the ones that did arrive are closed."""
+    client, steward = pair
+    fds = [os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY) for _ in range(wire.MAX_FDS + 2)]
+    before = len(os.listdir("/proc/self/fd"))
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+    client.sock.sendmsg([wire.encode(0, "CAPABILITY", {"name": "tree"})], ancillary)
+    with pytest.raises(WireError, match="truncated"):
+        steward.receive()
+    assert len(os.listdir("/proc/self/fd")) == before
+    for fd in fds:
+        os.close(fd)
+
+
+def test_a_reply_must_name_the_request_it_answers(pair):
+    """The client pairs each reply with its request by number; a reply naming another request ends the call."""
+    from steward.client import _call
+
+    client, steward = pair
+
+    def answer_wrongly():
+        steward.receive()
+        steward.send("OK", {}, re=7)
+
+    thread = threading.Thread(target=answer_wrongly)
+    thread.start()
+    with pytest.raises(WireError, match="names request 7, not 0"):
+        _call(client, "STOP", {})
+    thread.join()
