@@ -93,7 +93,8 @@ def _controllers_of(point: str) -> list[str]:
 
 
 def detect() -> Hierarchy | None:
-    with open("/proc/self/mountinfo") as mountinfo, open("/proc/self/cgroup") as proc_cgroup:
+    # A mount point is any bytes a directory name can hold; one that is not UTF-8 must not stop every sandbox.
+    with open("/proc/self/mountinfo", errors="surrogateescape") as mountinfo, open("/proc/self/cgroup") as proc_cgroup:
         return choose(mountinfo.read(), proc_cgroup.read(), _controllers_of)
 
 

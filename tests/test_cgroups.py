@@ -58,3 +58,27 @@ def test_a_sandbox_cgroup_counts_a_refused_fork_and_is_removed():
     finally:
         group.remove()
     assert all(not os.path.exists(directory) for directory in group.directories)
+
+
+@pytest.mark.root
+def test_a_mount_point_that_is_not_utf8_does_not_stop_detection(tmp_path):
+    """S11: the host's mount table is read whatever bytes its paths hold; a mount at a non-UTF-8 path (in a
+    private mount namespace here) leaves detection, and so every sandbox start, working."""
+    from launcher import syscalls as sc
+
+    expected = cgroups.detect()
+    point = os.path.join(os.fsencode(tmp_path), b"\xff\xfe")
+    os.mkdir(point)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sc.unshare(sc.CLONE_NEWNS)
+            sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
+            sc.mount("casebox-test", point.decode("utf-8", "surrogateescape"), "tmpfs", 0, "size=64k")
+            os.write(write_end, b"1" if cgroups.detect() == expected else b"0")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    assert os.read(read_end, 1) == b"1"
