@@ -207,6 +207,35 @@ def test_help_is_exit_0_and_lists_the_commands(casebox):
     assert b"casebox.plan.v1" in result.stdout and b"1 MiB" in result.stdout
 
 
+def _commands(parser, words=()):
+    """(command words, its long options but --help) of every leaf command of the parser."""
+    import argparse
+
+    nested = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    if not nested:
+        yield " ".join(words), {option for action in parser._actions for option in action.option_strings
+                                if option.startswith("--") and option != "--help"}
+        return
+    for name, child in nested[0].choices.items():
+        yield from _commands(child, (*words, name))
+
+
+def test_the_readme_command_table_matches_every_commands_options(repo):
+    """Docs move with code: the README's command table has one row per command, naming exactly the options
+    its --help offers."""
+    import re
+
+    rows = {}
+    for line in (repo / "README.md").read_text().splitlines():
+        match = re.match(r"\| `casebox ([a-z ]+?)(?= [A-Z\[-]|`)(.*?)` \|", line)
+        if match:
+            rows[match.group(1)] = set(re.findall(r"--[a-z][a-z0-9-]*", match.group(2)))
+    commands = dict(_commands(cli.build_parser()))
+    assert set(rows) == set(commands)
+    for command, options in commands.items():
+        assert rows[command] == options, command
+
+
 def test_a_command_imports_only_its_own_module(monkeypatch):
     """casebox NAME imports executor.commands.NAME alone; help and unknown names see every command."""
     monkeypatch.setattr(cli, "COMMAND_MODULES", ("executor.commands.plan", "executor.commands.absent_for_test"))
