@@ -255,3 +255,26 @@ def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_the
                 rendezvous.receive_setup(launcher, b"\x00" * 32)
     finally:
         os.close(directory)
+
+
+OP = {"argv": ["/usr/bin/true"], "env": [("PATH", "/usr/bin")], "cwd": "/work", "timeout_ms": 1000, "stdout_cap": 10, "stderr_cap": 10}
+
+
+@pytest.mark.parametrize("change, rule", [
+    ({"argv": []}, "argv must name a program"),
+    ({"argv": [""]}, "argv must name a program"),
+    ({"cwd": "work"}, "cwd must be absolute"),
+    ({"timeout_ms": 0}, "timeout_ms must be positive"),
+    ({"stdout_cap": protocol.MAX_OUTPUT_CAP + 1}, "stdout_cap is over"),
+    ({"stderr_cap": protocol.MAX_OUTPUT_CAP + 1}, "stderr_cap is over"),
+    ({"env": [("", "x")]}, "environment name '' is not valid"),
+    ({"env": [("A=B", "x")]}, "environment name 'A=B' is not valid"),
+])
+def test_pid_one_refuses_an_op_it_cannot_run_as_materialized(change, rule):
+    """S7: pid 1 runs only a fully materialized op: a program, an absolute cwd, a positive timeout, output
+    caps within the protocol's, valid environment names; anything else ends the sandbox before a fork."""
+    from launcher.ops import OpError, check_op
+
+    check_op(OP)
+    with pytest.raises(OpError, match=rule):
+        check_op({**OP, **change})
