@@ -11,9 +11,9 @@ removed, so a refused extraction leaves the target empty. Files end 0444 and
 directories 0555 once filled.
 
 It imports only the stdlib and the modules in :data:`SANDBOX_MODULES`, so the
-sandbox can be handed just those files and run::
-
-    python -I -S -c 'import sys; sys.path[:0] = [ROOT]; from executor.extract import main; sys.exit(main(sys.argv[1:]))' ARCHIVE_FD TARGET_FD
+sandbox is handed just those files; the case service runs it through
+executor/inside.py, which opens the archive and the target and calls
+:func:`main` with their descriptors.
 """
 
 from __future__ import annotations
