@@ -30,6 +30,7 @@ from html.parser import HTMLParser
 from typing import Callable
 from urllib.parse import unquote, urljoin, urlsplit
 
+from journal.closed import SHA256_HEX
 from journal.errors import Refused
 
 SCHEMES = ("http", "https")
@@ -44,7 +45,6 @@ WHEEL_MAX_BYTES = 128 << 20
 TIMEOUT_SECONDS = 60
 USER_AGENT = "casebox-resolver"
 CERTIFI = "pip/_vendor/certifi/cacert.pem"
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _CHUNK = 1 << 16
 
 
@@ -110,7 +110,7 @@ def _link(href: str, page_url: str, requires_python: str | None, yanked: bool, h
     if name == "sha256" and "sha256" not in hashes:
         hashes = {**hashes, "sha256": value}
     digest = hashes.get("sha256")
-    return Link(file, url, digest.lower() if digest and _HEX64.match(digest.lower()) else None, requires_python, yanked)
+    return Link(file, url, digest.lower() if digest and SHA256_HEX.match(digest.lower()) else None, requires_python, yanked)
 
 
 class _Anchors(HTMLParser):

@@ -108,3 +108,32 @@ def test_publish_takes_strict_base64_only(connection, text):
         conn._do_publish(ClosedObject({"name": "a.receipt.json", "data": text}, "$.body"), [])
     conn._do_publish(ClosedObject({"name": "a.receipt.json", "data": "YWJj"}, "$.body"), [])
     assert published == [("a.receipt.json", b"abc")]
+
+
+@pytest.mark.parametrize("owner, mode", [(1234, 0o755), (0, 0o777), (0, 0o775)])
+def test_the_socket_lives_only_in_a_directory_no_one_else_can_write(tmp_path, new_server, owner, mode):
+    """F3: anyone who can write the socket's directory could swap the socket for a link between bind and the
+    steward setting its owner; such a directory is refused before anything is bound there."""
+    run = tmp_path / "run"
+    run.mkdir()
+    os.chown(run, owner, 0)
+    os.chmod(run, mode)
+    with pytest.raises(Refused, match="only in a directory root owns and no one else can write"):
+        new_server(str(run / "steward.sock")).listen()
+    assert os.listdir(run) == []
+
+
+def test_the_socket_is_made_with_its_mode_at_bind(tmp_path, new_server):
+    """The socket's mode comes from bind itself (0600, or 0660 with the casebox group); nothing is changed
+    through its path afterwards but the group, without following a link."""
+    import grp
+    import stat
+
+    path = tmp_path / "steward.sock"
+    described = new_server(str(path)).listen()
+    try:
+        grp.getgrnam(server.SOCKET_GROUP)
+        expected = 0o660
+    except KeyError:
+        expected = 0o600
+    assert stat.S_IMODE(os.lstat(path).st_mode) == expected and described.startswith(f"mode {expected:04o}")
