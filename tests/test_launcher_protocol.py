@@ -278,3 +278,34 @@ def test_pid_one_refuses_an_op_it_cannot_run_as_materialized(change, rule):
     check_op(OP)
     with pytest.raises(OpError, match=rule):
         check_op({**OP, **change})
+
+
+SETUP = {"digest": b"\x00" * 32, "uid": 7, "gid": 7, "hostname": "h", "tmp_bytes": 1, "work_bytes": 1, "rlimit_as": 1,
+         "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1, "host_network": False}
+
+
+@pytest.mark.parametrize("setup, trees, rule", [
+    ({"uid": 0}, [], "names root as the sandbox identity"),
+    ({"gid": 0}, [], "names root as the sandbox identity"),
+    ({"digest": b"\x00" * 31}, [], "digest is not 32 bytes"),
+    ({}, ["/cap/data", "/cap/data"], "target '/cap/data' is not"),
+])
+def test_stage_one_refuses_a_setup_it_must_not_build(pair, setup, trees, rule):
+    """S2, S5: stage 1 never builds a sandbox for root, for a digest that cannot be the launcher's, or with
+    one target twice (a second tree would hide the first); it ends instead."""
+    from launcher import rendezvous
+
+    starter, launcher = pair
+    directory = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        launcher.leaf = lambda name, fds=(), **fields: None
+        starter.send("SETUP", (), **{**SETUP, **setup})
+        starter.send("IMPORT_DIR", (directory,))
+        starter.send("INTERPRETER", (directory,), path="/usr/bin/python3")
+        for target in trees:
+            starter.send("CAPABILITY", (directory,), target=target)
+        starter.send("SETUP_END")
+        with pytest.raises(ProtocolError, match=rule):
+            rendezvous.receive_setup(launcher, b"\x00" * 32)
+    finally:
+        os.close(directory)
