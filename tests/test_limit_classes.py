@@ -58,3 +58,13 @@ def test_a_class_the_launcher_may_not_report_is_refused_never_read_as_ok(reporte
     """S10, fail closed: an unknown class (or one only the cgroup may name) ends the sandbox; it never becomes OK."""
     with pytest.raises(ProtocolError, match="limit class"):
         op_class(reported, memory_events=False, pids_events=False)
+
+
+def test_the_priority_is_the_one_docs_launcher_md_states(repo):
+    """S10, docs move with code: every adjacent pair of the documented order is ordered so in the code
+    (an output flood that also ran out of time is OUTPUT, a timeout that was also signalled is TIMEOUT)."""
+    text = (repo / "docs" / "launcher.md").read_text()
+    documented = tuple(text.split("followed: `", 1)[1].split("`", 1)[0].split(", "))
+    assert documented == limits.CLASSES
+    for higher, lower in zip(documented, documented[1:]):
+        assert limits.worst({higher, lower}) == higher
