@@ -199,3 +199,17 @@ def test_an_unreaped_helper_ends_retry_and_is_reaped_later(tmp_path, journal):
     kinds = [kind for kind, _ in _records(journal)]
     assert kinds[-2:] == ["HELPER_ATTEMPT", "PROCESS_TERMINAL"]
     assert kinds.count("HELPER_ATTEMPT") == 1
+
+
+@pytest.mark.parametrize("mount", ["/live/out", "live/../../../etc", "live//out", "./live", ""])
+def test_a_helper_request_names_only_plain_relative_mounts_under_the_stage(mount):
+    """C6, F3: the helper unmounts relative to the stage's descriptor; an absolute path or a '..', '.' or
+    empty segment in a request is refused before anything is unmounted."""
+    from journal.strictjson import canonical
+    from steward.helper import REQUEST_VERSION, Request
+
+    value = {"version": REQUEST_VERSION, "stage_id": "s1", "state_root": "/var/lib/casebox", "area": "stages",
+             "uid": 7, "gid": 7, "mounts": ["live/ok", mount], "identities": [], "budget_ms": 10}
+    with pytest.raises(Refused, match="must be a relative path inside the stage"):
+        Request.decode(canonical(value))
+    assert Request.decode(canonical({**value, "mounts": ["live/ok"]})).mounts == ("live/ok",)
