@@ -138,6 +138,76 @@ def test_a_refused_capability_is_closed_and_never_mounted(state_path, sandbox_id
         refusing.close()
 
 
+def test_a_capability_must_be_a_directory_under_a_name_not_yet_used(steward, tmp_path):
+    """C9, F4: a descriptor that is not a directory, or a name the session already uses, is refused and the
+    descriptor closed at once, so no second consumer ever sees it."""
+    (tmp_path / "file").write_bytes(b"x")
+    session = steward.open_session("attempt-1")
+    try:
+        file_fd = os.open(tmp_path / "file", os.O_RDONLY)
+        with pytest.raises(Refused, match="capability data: must be a directory descriptor"):
+            session.add_capability("data", file_fd)
+        assert not _is_open(file_fd)
+        session.add_capability("data", os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+        again = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        with pytest.raises(Refused, match="capability data: is a name this session already uses"):
+            session.add_capability("data", again)
+        assert not _is_open(again)
+    finally:
+        session.close()
+
+
+def test_a_sandbox_names_only_known_inputs_each_once_and_runs_alone(steward):
+    """C9: a sandbox reads only this session's capabilities and sealed outputs and writes only its unsealed
+    outputs, each named once; a second sandbox waits until the first is closed."""
+    session = steward.open_session("attempt-1")
+    try:
+        session.create_output("out", max_bytes=1 << 20)
+        with pytest.raises(Refused, match="write elsewhere: is not an unsealed output"):
+            session.start_sandbox(write=["elsewhere"])
+        with pytest.raises(Refused, match="names one capability or output twice"):
+            session.start_sandbox(write=["out", "out"])
+        session.start_sandbox(write=["out"])
+        with pytest.raises(Refused, match="sandbox: is already open"):
+            session.start_sandbox()
+        session.close_sandbox()
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("name, size, rule", [
+    ("../x.receipt.json", 10, "must be one file name"),
+    ("journal", 10, "and not journal or seal.json"),
+    ("seal.json", 10, "and not journal or seal.json"),
+    ("big.receipt.json", (64 << 10) + 1, "is larger than 65536 bytes"),
+])
+def test_evidence_a_client_stores_is_one_plain_name_within_its_cap(steward, name, size, rule):
+    """E4: a stored evidence file is one plain name that is neither the journal nor the seal marker, and at
+    most MAX_EVIDENCE_BYTES; the export into the client's directory can then never be redirected or swollen."""
+    session = steward.open_session("attempt-1")
+    try:
+        with pytest.raises(Refused, match=rule):
+            session.publish(name, b"x" * size)
+    finally:
+        session.close()
+
+
+def test_a_session_stores_at_most_its_count_of_evidence_files(steward, monkeypatch):
+    """E4: the evidence directory of a stage is bounded in files too (MAX_EVIDENCE_FILES)."""
+    from steward import api
+
+    monkeypatch.setattr(api, "MAX_EVIDENCE_FILES", 2)
+    session = steward.open_session("attempt-1")
+    try:
+        session.publish("a.receipt.json", b"a")
+        session.publish("b.receipt.json", b"b")
+        session.publish("a.receipt.json", b"a")
+        with pytest.raises(Refused, match="would be more than 2 evidence files"):
+            session.publish("c.receipt.json", b"c")
+    finally:
+        session.close()
+
+
 def test_a_capability_is_read_only_in_the_sandbox_and_closed_once_at_the_end(steward, tmp_path):
     """S4, C9: mounted read-only at /cap/NAME; the session owns the descriptor until it ends, then closes it."""
     data = tmp_path / "data"

@@ -95,3 +95,18 @@ def test_a_symlinked_lock_is_refused(tmp_path):
         (path / LOCKS / "uid-7").symlink_to(tmp_path / "x")
         with pytest.raises(Refused, match="symlink"):
             root.lease(7, wait_seconds=0)
+
+
+@pytest.mark.parametrize("path", ["state", "/", "/tmp/../var/lib/casebox", "/var/lib/casebox/"])
+def test_a_state_root_that_is_not_a_normalized_absolute_path_is_refused(path):
+    """F3: the one path lookup the steward makes is of a normalized absolute path other than /."""
+    with pytest.raises(Refused, match="must be a normalized absolute path other than /"):
+        StateRoot.open(path)
+
+
+def test_a_lock_that_is_not_a_regular_file_is_refused(tmp_path):
+    """S6: a lease is an flock on a regular file; a FIFO (or anything else) under the lock's name is refused."""
+    with StateRoot.open(str(tmp_path / "state")) as root:
+        os.mkfifo(root.path_of(LOCKS, "uid-4242"))
+        with pytest.raises(Refused, match="uid-4242: must be a regular file"):
+            root.lease(4242, wait_seconds=0)
