@@ -206,7 +206,7 @@ def test_the_bootstrap_builds_the_documented_filesystem(sandbox_ids, state_root,
             mounts[fields[4]] = [fields[5], rest[0], rest[2]]
         probe = socket.socket()
         flags = struct.unpack('16sh22x', fcntl.ioctl(probe.fileno(), 0x8913, struct.pack('16sh22x', b'lo', 0)))[1]
-        limits = {line[:26].strip(): line[26:].split()[0] for line in list(open('/proc/self/limits'))[1:]}
+        limits = {line[:26].strip(): line[26:].split()[:2] for line in list(open('/proc/self/limits'))[1:]}
         print(json.dumps({'mounts': mounts, 'dev': sorted(os.listdir('/dev')), 'root': sorted(os.listdir('/')),
                           'hostname': socket.gethostname(), 'lo_up': bool(flags & 1), 'limits': limits,
                           'cwd': os.getcwd(), 'stdin': os.read(0, 10).decode()}))
@@ -222,12 +222,13 @@ def test_the_bootstrap_builds_the_documented_filesystem(sandbox_ids, state_root,
     assert seen["dev"] == ["fd", "full", "null", "random", "stderr", "stdin", "stdout", "urandom", "zero"]
     assert seen["root"] == ["bin", "cap", "dev", "lib", "lib64", "out", "proc", "sbin", "tmp", "usr", "work"]
     assert seen["hostname"] == "casebox" and seen["lo_up"] is True
-    assert seen["limits"]["Max core file size"] == "0"
-    assert seen["limits"]["Max processes"] == "22"
-    assert seen["limits"]["Max open files"] == "100"
-    assert seen["limits"]["Max file size"] == str(16 << 20)
-    assert seen["limits"]["Max address space"] == str(2 * (512 << 20) + (256 << 20))
-    assert seen["limits"]["Max cpu time"] == "20"
+    # Soft and hard alike (S4): the op cannot raise a soft limit back up to a looser hard one.
+    assert seen["limits"]["Max core file size"] == ["0", "0"]
+    assert seen["limits"]["Max processes"] == ["22", "22"]
+    assert seen["limits"]["Max open files"] == ["100", "100"]
+    assert seen["limits"]["Max file size"] == [str(16 << 20)] * 2
+    assert seen["limits"]["Max address space"] == [str(2 * (512 << 20) + (256 << 20))] * 2
+    assert seen["limits"]["Max cpu time"] == ["20", "21"]
     assert (seen["cwd"], seen["stdin"]) == ("/work", "")
 
 
