@@ -232,6 +232,19 @@ class Connection:
         return closed.to_wire(), ()
 
 
+def _check_socket_directory(directory: str) -> None:
+    """The socket's directory is root's alone to write (F3): anyone else could swap the socket for a link."""
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise Refused(directory, "must be a directory, not a symlink or a file; it holds the steward's socket")
+    if info.st_uid != 0 or info.st_mode & 0o022:
+        raise Refused(
+            directory,
+            f"is owned by uid {info.st_uid} with mode {stat.S_IMODE(info.st_mode):04o}; the steward's socket lives "
+            "only in a directory root owns and no one else can write",
+        )
+
+
 def _refuse(connection: Connection) -> None:
     """Answer a peer whose uid is not allowed: REFUSED to its first request, then close; nothing else is read."""
     sock = connection.sock
@@ -277,21 +290,23 @@ class Server:
         """Bind the socket with its access mode; a description of who may connect."""
         directory = os.path.dirname(self.socket_path)
         os.makedirs(directory, mode=0o755, exist_ok=True)
+        _check_socket_directory(directory)
         self._remove_stale()
+        group = socket_gid(self.socket_group)
+        mode = 0o600 if group is None else 0o660
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         try:
-            old = os.umask(0o177)
+            # bind() makes the socket with this mode; nothing is changed through the path afterwards but its
+            # group, never following a symlink, so the path cannot be turned into another file's.
+            old = os.umask(0o777 & ~mode)
             try:
                 listener.bind(self.socket_path)
             finally:
                 os.umask(old)
-            group = socket_gid(self.socket_group)
             if group is None:
-                os.chmod(self.socket_path, 0o600)
                 access = f"mode 0600, root only (no group {self.socket_group})"
             else:
-                os.chown(self.socket_path, 0, group)
-                os.chmod(self.socket_path, 0o660)
+                os.chown(self.socket_path, 0, group, follow_symlinks=False)
                 access = f"mode 0660, group {self.socket_group}"
             listener.listen(BACKLOG)
         except BaseException:
