@@ -37,7 +37,8 @@ def _read_all(fd: int, limit: int) -> bytes | None:
 
 def _accept_existing(dir_fd: int, name: str, data: bytes, shown: str) -> None:
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        # O_NONBLOCK: a FIFO planted under the name must be refused, not waited on at open.
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as error:
         raise EvidenceConflict(shown, f"already exists and cannot be re-read ({os.strerror(error.errno)})") from None
     try:

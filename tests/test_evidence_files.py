@@ -59,3 +59,47 @@ def test_a_device_is_refused_not_read(directory, counted_reads):
     with pytest.raises(Refused, match="must be a regular file"):
         read_evidence(fd, "zero", 10)
     assert counted_reads == []
+
+
+def _publish_with_a_deadline(directory, name: str, data: bytes) -> None:
+    """publish_once in a child with a 10 s alarm, so a hang is a failure instead of a stuck suite."""
+    import signal
+
+    from journal.createonly import publish_once
+
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(10)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            publish_once(fd, name, data)
+            os._exit(0)
+        except Refused as refusal:
+            os._exit(64 if "already exists and is not a regular file" in refusal.rule else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 64, f"wait status {status:#x}"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_create_once_refuses_a_fifo_or_directory_under_its_name_without_waiting(tmp_path, kind):
+    """E4, F1: evidence is never written over something else; a FIFO or a directory already holding the name
+    (a report directory is the caller's) is refused at once, never opened and waited on."""
+    target = tmp_path / "report-run-1.json"
+    os.mkfifo(target) if kind == "fifo" else target.mkdir()
+    _publish_with_a_deadline(tmp_path, "report-run-1.json", b"{}")
+
+
+@pytest.mark.parametrize("name", ["a/b", "", ".", ".."])
+def test_create_once_takes_one_plain_name(tmp_path, name):
+    """E4: an evidence name is one path segment under the directory descriptor, never a path."""
+    from journal.createonly import publish_once
+
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(Refused, match="one plain path segment"):
+            publish_once(fd, name, b"x")
+    finally:
+        os.close(fd)
+    assert os.listdir(tmp_path) == []
