@@ -275,3 +275,32 @@ def test_recovery_removes_only_its_own_stages_sandbox_residue(steward, state_pat
     removed = recovery.remove_sandbox_residue(steward.root, "aaaa")
     assert sorted(os.path.basename(path) for path in removed) == sorted(mine)
     assert sorted(os.listdir(staging)) == sorted(theirs)
+
+
+def test_a_seal_marker_naming_another_attempt_preserves_the_tombstone(steward, state_path):
+    """C5, E2: a seal marker bound to the journal's head but naming another attempt than its GENESIS does
+    not match its journal; the tombstone is preserved for an operator, never taken as sealed."""
+    stage_id = _sealed_session(steward)
+    marker = pathlib.Path(state_path) / TOMBSTONES / stage_id / "seal.json"
+    os.chmod(marker.parent, 0o755)
+    text = marker.read_text()
+    marker.unlink()
+    marker.write_text(text.replace('"attempt_id":"attempt-1"', '"attempt_id":"attempt-2"'))
+    assessment = retirement.assess(steward.root, stage_id)
+    assert (assessment.state, assessment.verdict) == ("PRESERVED", "VALID")
+    assert "seal marker does not match its journal" in assessment.reason
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_sealing_refuses_anything_but_files_and_directories(tmp_path, kind):
+    """C5: a tombstone holds regular files and directories only; a FIFO or a symlink in it refuses the seal."""
+    tree = tmp_path / "tree"
+    (tree / "outputs").mkdir(parents=True)
+    strange = tree / "outputs" / "strange"
+    os.mkfifo(strange) if kind == "fifo" else os.symlink("/etc/shadow", strange)
+    fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(Refused, match="outputs/strange: is not a regular file or directory"):
+            retirement._seal_tree(fd, str(tree))
+    finally:
+        os.close(fd)
