@@ -402,6 +402,17 @@ def test_a_sandbox_failure_is_one_sentence_with_a_way_forward(sandbox_ids, state
         start(sandbox_ids, state_root)
 
 
+def _launcher_mounts() -> list[str]:
+    """The mount points of this namespace that the launcher makes: its tmpfs (source ``casebox``) and procfs.
+    Other mounts come and go on a shared host (they propagate into a shared namespace) and are ignored."""
+    found = []
+    for line in open("/proc/self/mountinfo"):
+        fstype, source = line.split(" - ", 1)[1].split()[:2]
+        if source == "casebox" or fstype == "proc":
+            found.append(line.split()[4])
+    return found
+
+
 def test_no_sandbox_mount_propagates_even_when_the_starters_mounts_are_shared(sandbox_ids, state_root):
     """S4: pid 1 makes propagation private before its first mount, so a shared host root sees nothing."""
     read_end, write_end = os.pipe()
@@ -410,17 +421,17 @@ def test_no_sandbox_mount_propagates_even_when_the_starters_mounts_are_shared(sa
         try:
             syscalls.unshare(syscalls.CLONE_NEWNS)
             syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_SHARED)
-            before = open("/proc/self/mountinfo").read().count("\n")
+            before = _launcher_mounts()
             run(sandbox_ids, state_root, ["/usr/bin/true"])
-            after = open("/proc/self/mountinfo").read().count("\n")
+            after = _launcher_mounts()
             os.write(write_end, json.dumps([before, after]).encode())
         finally:
             os._exit(0)
     os.close(write_end)
-    counts = json.loads(os.read(read_end, 4096) or b"null")
+    seen = json.loads(os.read(read_end, 1 << 16) or b"null")
     os.close(read_end)
     os.waitpid(pid, 0)
-    assert counts is not None and counts[0] == counts[1], "a sandbox mount propagated into the starter's namespace"
+    assert seen is not None and seen[0] == seen[1], "a sandbox mount propagated into the starter's namespace"
 
 
 def test_the_journal_writer_is_a_ledger_and_its_journal_verifies(sandbox_ids, state_root, tmp_path):
