@@ -20,7 +20,6 @@ from journal.closed import ClosedObject
 from journal.createonly import publish_once
 from journal.format import ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
-from launcher import limits
 
 SCHEMA = "casebox.receipt.v1"
 SUFFIX = ".receipt.json"
@@ -33,8 +32,10 @@ NOT_STARTED = "NOT_STARTED"
 STEP_DEPENDENCIES = "dependencies"
 STEP_INSTALL = "install"
 STEP_SANDBOX = "sandbox"
-# The limit classes of docs/launcher.md (S10), then the class of an op that never reached exec.
-LIMIT_CLASSES = (*limits.CLASSES, NOT_STARTED)
+# The limit classes of docs/launcher.md (S10), then the class of an op that never reached exec. Written out
+# here because the evaluator runs from executor/ and journal/ alone, without launcher/; a test checks that
+# this is exactly launcher.limits.CLASSES plus NOT_STARTED.
+LIMIT_CLASSES = ("MEMORY", "PIDS", "DISK", "OUTPUT", "TIMEOUT", "SIGNALLED", "EXIT_NONZERO", "OK", NOT_STARTED)
 # How the journal records a case op (journal/format.py's closed sets): the role
 # of its PROCESS_INTENT and the reaper of its PROCESS_TERMINAL. The op is a
 # descendant of the sandbox's pid 1, the launcher, which reaps it. The case

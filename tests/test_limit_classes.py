@@ -68,3 +68,11 @@ def test_the_priority_is_the_one_docs_launcher_md_states(repo):
     assert documented == limits.CLASSES
     for higher, lower in zip(documented, documented[1:]):
         assert limits.worst({higher, lower}) == higher
+
+
+def test_receipts_know_exactly_the_launchers_classes():
+    """S10: the receipt schema's limit classes are the launcher's, plus NOT_STARTED; the evaluator keeps its
+    own copy (it runs from executor/ and journal/ alone), so this test is what keeps the two one list."""
+    from executor.receipts import LIMIT_CLASSES, NOT_STARTED
+
+    assert LIMIT_CLASSES == (*limits.CLASSES, NOT_STARTED)
