@@ -147,3 +147,13 @@ def test_each_start_right_is_given_once():
         gate.starter(PREPARER, service)
     with pytest.raises(OwnershipError, match="not a role"):
         gate.starter("evaluator", object())
+
+
+def test_an_infrastructure_op_that_never_started_is_a_failure_saying_so():
+    """C1, fail closed: an op whose child failed before exec (it has no limit class and no exit code) is a
+    failure of the step that ran it, named with its failing step and errno, never read as success."""
+    from executor.ownership import failure_of
+    from pipeline_support import outcome
+
+    assert failure_of(outcome(started=False, wait_status=127 << 8)) == "the op did not start (execve failed with errno 2)"
+    assert failure_of(outcome()) is None

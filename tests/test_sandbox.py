@@ -464,3 +464,16 @@ def test_teardown_closes_every_descriptor_the_starter_opened(sandbox_ids, state_
         sandbox.close()
         kept.append(sandbox)
     assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize("nonce", [b"", b"n" * 31, b"n" * 33])
+def test_the_launcher_takes_exactly_one_nonce_of_its_length(nonce):
+    """S2: stage 1 reads exactly NONCE_BYTES from stdin and then end of file; a shorter or longer one ends it."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, nonce)
+    os.close(write_end)
+    try:
+        with pytest.raises(ProtocolError, match=f"the nonce on stdin is {min(len(nonce), 33)} bytes, not 32"):
+            rendezvous.read_nonce(read_end)
+    finally:
+        os.close(read_end)

@@ -279,6 +279,18 @@ def test_an_output_is_capped(steward):
     session.close()
 
 
+@pytest.mark.parametrize("max_bytes, max_inodes", [((1 << 20) - 1, 16), (1 << 20, 15), ((8 << 30) + 1, 16), (1 << 20, 1_000_001)])
+def test_an_output_is_sized_within_its_bounds(steward, max_bytes, max_inodes):
+    """Outputs: a tmpfs of 1 MiB to 8 GiB and 16 to 1,000,000 inodes; anything else is refused unmounted."""
+    session = steward.open_session("attempt-1")
+    try:
+        with pytest.raises(Refused, match="needs 1 MiB to"):
+            session.create_output("out", max_bytes=max_bytes, max_inodes=max_inodes)
+        assert not session.live
+    finally:
+        session.close()
+
+
 def test_an_output_tmpfs_is_nosuid_nodev_noexec_on_the_host_too(steward, state_path):
     """Outputs: the host side of an output (the tmpfs in the stage) is mounted nosuid, nodev and noexec, so
     nothing the candidate writes there can be executed or used as a device on the host, in any namespace."""
