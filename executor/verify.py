@@ -123,20 +123,40 @@ def _tools() -> dict[str, bytes]:
 
 
 def _evidence_directory(path: str) -> tuple[int, bool]:
-    """The empty evidence directory at ``path`` (created when absent): its descriptor, and whether it was made."""
-    made = True
+    """The empty evidence directory at ``path`` (created when absent): its descriptor, and whether it was made.
+
+    ``path`` was resolved inside its perimeter (F3) with no symlink in it; root
+    walks it again one descriptor at a time without following any link, so a
+    directory swapped for a link after that check is refused, never followed.
+    """
+    parts = [part for part in path.split("/") if part]
+    if not path.startswith("/") or not parts or any(part in (".", "..") for part in parts):
+        raise Refused(path, "must be a resolved absolute path")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    parent = os.open("/", flags)
     try:
-        os.mkdir(path, 0o755)
-    except FileExistsError:
-        made = False
-    except OSError as error:
-        raise Refused(path, f"cannot be created as the evidence directory ({os.strerror(error.errno)})") from None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise Refused(path, "is not a directory; the evidence directory must be a directory or absent") from None
-        raise
+        for part in parts[:-1]:
+            try:
+                child = os.open(part, flags, dir_fd=parent)
+            except OSError as error:
+                raise Refused(path, f"changed after it was resolved: {part} cannot be opened without following a link ({os.strerror(error.errno)})") from None
+            os.close(parent)
+            parent = child
+        made = True
+        try:
+            os.mkdir(parts[-1], 0o755, dir_fd=parent)
+        except FileExistsError:
+            made = False
+        except OSError as error:
+            raise Refused(path, f"cannot be created as the evidence directory ({os.strerror(error.errno)})") from None
+        try:
+            fd = os.open(parts[-1], flags, dir_fd=parent)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise Refused(path, "is not a directory; the evidence directory must be a directory or absent") from None
+            raise
+    finally:
+        os.close(parent)
     if os.listdir(fd):
         os.close(fd)
         raise Refused(path, "is not empty; an evidence directory holds exactly one stage's evidence")

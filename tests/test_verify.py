@@ -20,6 +20,7 @@ from executor import pack, runtime, wheelbuild
 from executor.commands.demo import DESIGNED, DESIGNED_VERDICT
 from executor.receipts import receipt_from_bytes
 from executor.verify import cases_per_stage
+from journal.errors import Refused
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -348,3 +349,21 @@ def test_a_case_that_cannot_be_materialized_is_refused(casebox, attempt):
     value["cases"][2]["args"] = []
     plan.write_text(json.dumps(value))
     refused(casebox, attempt, "$.cases[2].args")
+
+
+def test_an_evidence_path_swapped_for_a_link_after_it_was_resolved_is_refused(tmp_path):
+    """F3: root walks the resolved evidence path without following links, so a directory replaced by a
+    symlink after resolve_inside is refused and nothing is created where the link points."""
+    from executor.verify import _evidence_directory
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    resolved = str(workspace / "evidence")
+    workspace.rmdir()
+    workspace.symlink_to(elsewhere)
+    with pytest.raises(Refused) as refusal:
+        _evidence_directory(resolved)
+    assert refusal.value.where == resolved and "link" in refusal.value.rule
+    assert os.listdir(elsewhere) == []
