@@ -5,8 +5,8 @@ attempt, the plan, the candidate, the bundle, the dependency and runtime
 inventories, the stage and the journal head at the moment it was written.
 :func:`build_receipt` makes one from the observation; :func:`receipt_from_bytes`
 reads one back strictly, refusing any field it does not know, any missing
-field, any wrong type and any encoding but the canonical one; and
-:func:`publish_receipt` writes it create-once under its name.
+field, any wrong type and any encoding but the canonical one. The steward
+session stores each one create-once under :attr:`Receipt.name` (E4).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import hashlib
 from executor.junit import READ, REPORT_STATES, JunitCounts, PytestEvidence
 from executor.plan import CASE_ID
 from journal.closed import ClosedObject
-from journal.createonly import publish_once
 from journal.format import ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
 
@@ -207,11 +206,6 @@ def build_receipt(
     receipt = Receipt(binding, case_id, process, outcome, pytest, journal_head)
     receipt_from_bytes(receipt.canonical_bytes())
     return receipt
-
-
-def publish_receipt(dir_fd: int, receipt: Receipt) -> bool:
-    """Create the receipt's file under ``dir_fd`` once (E4); True if this call created it."""
-    return publish_once(dir_fd, receipt.name, receipt.canonical_bytes())
 
 
 # Reading

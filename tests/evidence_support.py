@@ -28,7 +28,6 @@ from executor.receipts import (
     ProcessIdentity,
     Stream,
     build_receipt,
-    publish_receipt,
     receipt_name,
 )
 from executor.shard import cases_for_shard
@@ -154,7 +153,7 @@ class Stage:
         """Journal the case's op as the starter does, then publish its receipt; the receipt's file name."""
         process = self.journal_op(run, **journal)
         receipt = build_receipt(self.binding, case_id, process, run.outcome(), run.pytest, self.writer.head)
-        publish_receipt(self.dir_fd, receipt)
+        publish_once(self.dir_fd, receipt.name, receipt.canonical_bytes())
         return receipt.name
 
     def seal(self, *, cleanup: str = "CLEANED", retire: bool = True) -> SealMarker:

@@ -21,11 +21,10 @@ from executor.receipts import (
     name_parts,
     never_started,
     outcome_from_launcher,
-    publish_receipt,
     receipt_from_bytes,
     receipt_name,
 )
-from journal.createonly import EvidenceConflict
+from journal.createonly import EvidenceConflict, publish_once
 from journal.errors import Refused
 from journal.seal import SealMarker, seal_from_bytes
 from journal.strictjson import canonical
@@ -220,10 +219,11 @@ def test_receipts_are_published_create_once(tmp_path):
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         receipt = pytest_receipt()
-        assert publish_receipt(fd, receipt) is True
-        assert publish_receipt(fd, receipt) is False
+        assert publish_once(fd, receipt.name, receipt.canonical_bytes()) is True
+        assert publish_once(fd, receipt.name, receipt.canonical_bytes()) is False
+        other = dataclasses.replace(receipt, journal_head="b" * 64)
         with pytest.raises(EvidenceConflict):
-            publish_receipt(fd, dataclasses.replace(receipt, journal_head="b" * 64))
+            publish_once(fd, other.name, other.canonical_bytes())
     finally:
         os.close(fd)
     path = tmp_path / "run-42-1.pass.receipt.json"
