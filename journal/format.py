@@ -14,7 +14,7 @@ import struct
 from typing import Any, Callable, Mapping
 
 from journal import strictjson
-from journal.closed import ClosedObject, check_str
+from journal.closed import SHA256_HEX, ClosedObject, check_str
 from journal.strictjson import StrictJSONError
 
 HEADER = struct.Struct(">IHBB")
@@ -38,13 +38,18 @@ MAX_COUNT = 2**32 - 1
 MAX_HELPER_ATTEMPT = 255
 MAX_TARGET_BYTES = 4_095
 
-ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+ID_BODY = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 ID_RULE = "must be an id: 1 to 64 of A-Z a-z 0-9 . _ -, starting alphanumeric"
+# "/", or segments of 0x21-0x7e but "/", none of them "." or "..": a segment
+# starts with up to two dots and then another character, or with three dots.
+TARGET_BODY = r"/|(?:/(?:\.{0,2}[!-\-0-~]|\.{3})[!-.0-~]*)+"
+NOTE_BODY = r"[ -~]*"
+ID = re.compile(f"(?:{ID_BODY})\\Z")
+TARGET = re.compile(f"(?:{TARGET_BODY})\\Z")
+NOTE = re.compile(f"(?:{NOTE_BODY})\\Z")
 # The steward names a sandbox that had the host's network <stage>-<n>-net (docs/launcher.md), so every op
 # id of it (<sandbox>.launcher, .init, .mount-N, .op-N) tells a reviewer and the evaluator so.
 NETWORK_SANDBOX_SUFFIX = "-net"
-TARGET = re.compile(r"(?:/\Z|(?:/(?!\.\.?(?:/|\Z))[!-.0-~]+)+\Z)")
-NOTE = re.compile(r"[ -~]*\Z")
 
 ROLES = ("launcher", "stage", "outer", "helper", "root_peer", "namespace", "descendant")
 REAPERS = ("steward", "launcher", "runner", "cleanup")
@@ -141,30 +146,13 @@ def encode_frame(kind: Kind, payload: bytes) -> bytes:
     return encode_header(kind, len(payload)) + payload + bytes(padded(len(payload)) - len(payload))
 
 
-# Payload schemas: each kind's frozen keys, every one required, none other allowed.
-
-def check_id(value: object, where: str) -> str:
-    """The one id rule: journal, stage, attempt and op ids, here, in receipts, seal markers and the steward."""
-    return check_str(value, where, max_bytes=64, pattern=ID, rule=ID_RULE)
-
-
-def pop_id(fields: ClosedObject, key: str) -> str:
-    return fields.pop_str(key, max_bytes=64, pattern=ID, rule=ID_RULE)
-
-
-def _time(fields: ClosedObject, key: str) -> int:
-    return fields.pop_int(key, low=0, high=MAX_TIME_US)
-
-
-def _pid(fields: ClosedObject, key: str) -> int:
-    return fields.pop_int(key, low=1, high=MAX_PID)
-
-
-def _one_of(fields: ClosedObject, key: str, allowed: tuple[str, ...]) -> str:
-    value = fields.pop_str(key, max_bytes=32)
-    if value not in allowed:
-        raise StrictJSONError(f"{fields.path}.{key}", f"must be one of {', '.join(allowed)}")
-    return value
+# Payload schemas (docs/journal-format.md, "Value types" and "Record kinds").
+#
+# Each value type is one rule read two ways. ``pop`` takes the field from a
+# parsed object: the writer's check, and the reader's exact diagnosis of a
+# payload. ``fragment`` is the regular expression of the field's canonical
+# encoding; the reader's one-pass check of a kind (Layout) is built from the
+# fragments of that kind's keys, so it is the same table, not a second schema.
 
 
 def is_terminated_status(status: int) -> bool:
@@ -174,106 +162,141 @@ def is_terminated_status(status: int) -> bool:
     return 0 <= status <= MAX_WAIT_STATUS and (exited or signalled)
 
 
-def _wait_status(fields: ClosedObject, key: str) -> int:
-    status = fields.pop_int(key, low=0, high=MAX_WAIT_STATUS)
-    if not is_terminated_status(status):
-        raise StrictJSONError(f"{fields.path}.{key}", f"{status:#06x} is not the raw status of a terminated process")
-    return status
+class Integer:
+    """An integer from ``low`` (at least 0) to ``high``; canonical text is its shortest decimal."""
+
+    quotes = 0
+
+    def __init__(self, low: int, high: int) -> None:
+        assert 0 <= low <= high
+        self.low = low
+        self.high = high
+
+    def admits(self, value: int) -> bool:
+        return self.low <= value <= self.high
+
+    def pop(self, fields: ClosedObject, key: str) -> int:
+        return fields.pop_int(key, low=self.low, high=self.high)
+
+    def fragment(self, group: str) -> str:
+        # No more digits than ``high`` has: int() refuses a text over 4,300 digits with a ValueError.
+        return f"(?P<{group}>0|[1-9][0-9]{{0,{len(str(self.high)) - 1}}})"
 
 
-def _target(fields: ClosedObject, key: str) -> str:
-    return fields.pop_str(
-        key,
-        max_bytes=MAX_TARGET_BYTES,
-        pattern=TARGET,
-        rule="must be a normalized absolute path of printable ASCII without spaces",
-    )
+class WaitStatus(Integer):
+    """A raw wait status of a terminated process (an exit or a signal death)."""
+
+    def __init__(self) -> None:
+        super().__init__(0, MAX_WAIT_STATUS)
+
+    def admits(self, value: int) -> bool:
+        return is_terminated_status(value)
+
+    def pop(self, fields: ClosedObject, key: str) -> int:
+        status = super().pop(fields, key)
+        if not is_terminated_status(status):
+            raise StrictJSONError(f"{fields.path}.{key}", f"{status:#06x} is not the raw status of a terminated process")
+        return status
 
 
-def _note(fields: ClosedObject, key: str) -> str:
-    return fields.pop_str(key, max_bytes=MAX_PAYLOAD, pattern=NOTE, rule="must be printable ASCII")
+class Text:
+    """A string of printable ASCII matching ``body``, at most ``max_bytes`` long."""
+
+    quotes = 2
+
+    def __init__(self, body: str, max_bytes: int, rule: str) -> None:
+        self.body = body
+        self.max_bytes = max_bytes
+        self.rule = rule
+        self.pattern = re.compile(f"(?:{body})\\Z")
+
+    def pop(self, fields: ClosedObject, key: str) -> str:
+        return fields.pop_str(key, max_bytes=self.max_bytes, pattern=self.pattern, rule=self.rule)
+
+    def fragment(self, group: str) -> str:
+        # The lookahead bounds the length: the one-pass check admits no '"' inside a value.
+        return f'"(?=[^"]{{0,{self.max_bytes}}}")(?P<{group}>{self.body})"'
 
 
-def _genesis(fields: ClosedObject) -> dict:
-    return {
-        "attempt_id": pop_id(fields, "attempt_id"),
-        "created": _time(fields, "created"),
-        "journal_id": pop_id(fields, "journal_id"),
-        "stage_id": pop_id(fields, "stage_id"),
-    }
+class OneOf:
+    """One string of a closed set."""
+
+    quotes = 2
+
+    def __init__(self, members: tuple[str, ...]) -> None:
+        assert all(NOTE.match(member) and len(member) <= 32 for member in members)
+        self.members = members
+
+    def pop(self, fields: ClosedObject, key: str) -> str:
+        value = fields.pop_str(key, max_bytes=32)
+        if value not in self.members:
+            raise StrictJSONError(f"{fields.path}.{key}", f"must be one of {', '.join(self.members)}")
+        return value
+
+    def fragment(self, group: str) -> str:
+        return f'"(?P<{group}>{"|".join(re.escape(member) for member in self.members)})"'
 
 
-def _process_intent(fields: ClosedObject) -> dict:
-    return {
-        "op_id": pop_id(fields, "op_id"),
-        "role": _one_of(fields, "role", ROLES),
-        "pid": _pid(fields, "pid"),
-        "starttime": fields.pop_int("starttime", low=0, high=strictjson.MAX_SAFE_INTEGER),
-        "pgid": _pid(fields, "pgid"),
-    }
+class Sha256(Text):
+    """A SHA-256 as 64 lowercase hex digits: the one digest rule (``ClosedObject.pop_sha256``), its pattern the fragment."""
+
+    def __init__(self) -> None:
+        super().__init__(SHA256_HEX.pattern.removesuffix("\\Z"), 64, "")
+
+    def pop(self, fields: ClosedObject, key: str) -> str:
+        return fields.pop_sha256(key)
 
 
-def _op_only(fields: ClosedObject) -> dict:
-    return {"op_id": pop_id(fields, "op_id")}
+IDENTIFIER = Text(ID_BODY, 64, ID_RULE)
+DIGEST = Sha256()
+TIME = Integer(0, MAX_TIME_US)
+PID = Integer(1, MAX_PID)
+_STARTTIME = Integer(0, strictjson.MAX_SAFE_INTEGER)
+_TARGET = Text(TARGET_BODY, MAX_TARGET_BYTES, "must be a normalized absolute path of printable ASCII without spaces")
+_MOUNT = (("op_id", IDENTIFIER), ("target", _TARGET), ("kind", OneOf(MOUNT_KINDS)))
+_NOTE = (("note", Text(NOTE_BODY, MAX_PAYLOAD, "must be printable ASCII")),)
 
 
-def _process_terminal(fields: ClosedObject) -> dict:
-    return {
-        "op_id": pop_id(fields, "op_id"),
-        "wait_status": _wait_status(fields, "wait_status"),
-        "reaper": _one_of(fields, "reaper", REAPERS),
-    }
+def check_id(value: object, where: str) -> str:
+    """The one id rule: journal, stage, attempt and op ids, here, in receipts, seal markers and the steward."""
+    return check_str(value, where, max_bytes=64, pattern=ID, rule=ID_RULE)
 
 
-def _descendants_terminal(fields: ClosedObject) -> dict:
-    return {"op_id": pop_id(fields, "op_id"), "count": fields.pop_int("count", low=0, high=MAX_COUNT)}
-
-
-def _mount(fields: ClosedObject) -> dict:
-    return {
-        "op_id": pop_id(fields, "op_id"),
-        "target": _target(fields, "target"),
-        "kind": _one_of(fields, "kind", MOUNT_KINDS),
-    }
-
-
-def _helper_attempt(fields: ClosedObject) -> dict:
-    return {
-        "attempt": fields.pop_int("attempt", low=1, high=MAX_HELPER_ATTEMPT),
-        "response_digest": fields.pop_sha256("response_digest"),
-        "outcome": _one_of(fields, "outcome", HELPER_OUTCOMES),
-    }
-
-
-def _cleanup_evidence(fields: ClosedObject) -> dict:
-    return {
-        "outcome": _one_of(fields, "outcome", CLEANUP_OUTCOMES),
-        "journal_head": fields.pop_sha256("journal_head"),
-        "process_inventory_digest": fields.pop_sha256("process_inventory_digest"),
-        "mount_inventory_digest": fields.pop_sha256("mount_inventory_digest"),
-        "preceding_process_digest": fields.pop_sha256("preceding_process_digest"),
-    }
-
-
-def _retirement(fields: ClosedObject) -> dict:
-    return {"note": _note(fields, "note")}
+def pop_id(fields: ClosedObject, key: str) -> str:
+    return IDENTIFIER.pop(fields, key)
 
 
 # The caller-owned keys of each kind; the writer adds "prev" and the time key.
-SCHEMAS: Mapping[Kind, Callable[[ClosedObject], dict]] = {
-    Kind.GENESIS: _genesis,
-    Kind.PROCESS_INTENT: _process_intent,
-    Kind.PROCESS_RELEASED: _op_only,
-    Kind.PROCESS_TERMINAL: _process_terminal,
-    Kind.DESCENDANTS_TERMINAL: _descendants_terminal,
-    Kind.MOUNT_INTENT: _mount,
-    Kind.MOUNT_DONE: _mount,
-    Kind.UNMOUNT_INTENT: _mount,
-    Kind.UNMOUNT_DONE: _mount,
-    Kind.HELPER_ATTEMPT: _helper_attempt,
-    Kind.CLEANUP_EVIDENCE: _cleanup_evidence,
-    Kind.RETIREMENT_INTENT: _retirement,
-    Kind.RETIRED: _retirement,
+SCHEMAS: Mapping[Kind, tuple[tuple[str, Integer | Text | OneOf], ...]] = {
+    Kind.GENESIS: (("attempt_id", IDENTIFIER), ("created", TIME), ("journal_id", IDENTIFIER), ("stage_id", IDENTIFIER)),
+    Kind.PROCESS_INTENT: (
+        ("op_id", IDENTIFIER),
+        ("role", OneOf(ROLES)),
+        ("pid", PID),
+        ("starttime", _STARTTIME),
+        ("pgid", PID),
+    ),
+    Kind.PROCESS_RELEASED: (("op_id", IDENTIFIER),),
+    Kind.PROCESS_TERMINAL: (("op_id", IDENTIFIER), ("wait_status", WaitStatus()), ("reaper", OneOf(REAPERS))),
+    Kind.DESCENDANTS_TERMINAL: (("op_id", IDENTIFIER), ("count", Integer(0, MAX_COUNT))),
+    Kind.MOUNT_INTENT: _MOUNT,
+    Kind.MOUNT_DONE: _MOUNT,
+    Kind.UNMOUNT_INTENT: _MOUNT,
+    Kind.UNMOUNT_DONE: _MOUNT,
+    Kind.HELPER_ATTEMPT: (
+        ("attempt", Integer(1, MAX_HELPER_ATTEMPT)),
+        ("response_digest", DIGEST),
+        ("outcome", OneOf(HELPER_OUTCOMES)),
+    ),
+    Kind.CLEANUP_EVIDENCE: (
+        ("outcome", OneOf(CLEANUP_OUTCOMES)),
+        ("journal_head", DIGEST),
+        ("process_inventory_digest", DIGEST),
+        ("mount_inventory_digest", DIGEST),
+        ("preceding_process_digest", DIGEST),
+    ),
+    Kind.RETIREMENT_INTENT: _NOTE,
+    Kind.RETIRED: _NOTE,
 }
 
 
@@ -282,14 +305,68 @@ def time_key(kind: Kind) -> str:
     return "created" if kind is Kind.GENESIS else "at"
 
 
+def _keys(kind: Kind) -> tuple[tuple[str, Integer | Text | OneOf], ...]:
+    """Every key of a kind's payload with its type, in the payload's order (code-point order, all ASCII)."""
+    keys = (("prev", DIGEST),) + ((("at", TIME),) if kind is not Kind.GENESIS else ()) + SCHEMAS[kind]
+    assert all(key.isidentifier() and key.isascii() for key, _ in keys)
+    return tuple(sorted(keys, key=lambda pair: pair[0]))
+
+
+KEYS = {kind: _keys(kind) for kind in Kind}
+
+
 def check_fields(kind: Kind, value: Any) -> dict[str, Any]:
     """The fields of a decoded payload value, checked against the kind's frozen schema."""
     fields = ClosedObject(value, "$")
-    checked = {"prev": fields.pop_sha256("prev")}
-    if kind is not Kind.GENESIS:
-        checked["at"] = _time(fields, "at")
-    checked.update(SCHEMAS[kind](fields))
+    checked = {key: value_type.pop(fields, key) for key, value_type in KEYS[kind]}
     fields.done()
+    return checked
+
+
+class Layout:
+    """One kind's canonical payload as one regular expression over its text.
+
+    A payload matches when it is the canonical encoding of an object with
+    exactly the kind's keys, each value of its type: the keys in code-point
+    order, no whitespace, integers in their shortest decimal, strings without
+    escapes. Two conditions make the fragments exact: the payload holds no
+    backslash (so no string is escaped) and exactly the quotes the keys and
+    string values account for (so no value holds a quote). The integers'
+    bounds are checked after the match.
+    """
+
+    def __init__(self, kind: Kind) -> None:
+        keys = KEYS[kind]
+        self.quotes = sum(2 + value_type.quotes for _, value_type in keys)
+        self.integers = tuple((key, value_type) for key, value_type in keys if isinstance(value_type, Integer))
+        self.pattern = re.compile("{" + ",".join(f'"{key}":{value_type.fragment(key)}' for key, value_type in keys) + "}")
+
+    def fields(self, payload: bytes) -> dict[str, Any] | None:
+        """The payload's fields when it matches, else None (the exact path then decides)."""
+        text = payload.decode("latin-1")
+        if "\\" in text or text.count('"') != self.quotes:
+            return None
+        match = self.pattern.fullmatch(text)
+        if match is None:
+            return None
+        fields = match.groupdict()
+        for key, number in self.integers:
+            value = int(fields[key])
+            if not number.admits(value):
+                return None
+            fields[key] = value
+        return fields
+
+
+LAYOUTS = {kind: Layout(kind) for kind in Kind}
+
+
+def parse_payload(kind: Kind, payload: bytes) -> dict[str, Any]:
+    """The exact reading of a payload: strict parse, schema check, then re-encoding to compare (names the rule broken)."""
+    value = strictjson.loads(payload, max_bytes=MAX_PAYLOAD)
+    checked = check_fields(kind, value)
+    if strictjson.canonical(value) != payload:
+        raise StrictJSONError("$", "the payload is not in canonical form (RFC 8785, no whitespace, sorted keys)")
     return checked
 
 
@@ -298,12 +375,12 @@ def decode_payload(kind: Kind, payload: bytes) -> dict[str, Any]:
 
     The bytes must be exactly the canonical encoding of their value (J3, D2), so
     each record has one encoding; the digest is taken over these bytes as stored.
+    A payload its kind's layout matches is that, in one pass; any other (a
+    string with an escape, or a payload the reader refuses) takes the exact
+    reading, which accepts it or names the rule it breaks.
     """
-    value = strictjson.loads(payload, max_bytes=MAX_PAYLOAD)
-    checked = check_fields(kind, value)
-    if strictjson.canonical(value) != payload:
-        raise StrictJSONError("$", "the payload is not in canonical form (RFC 8785, no whitespace, sorted keys)")
-    return checked
+    fields = LAYOUTS[kind].fields(payload)
+    return parse_payload(kind, payload) if fields is None else fields
 
 
 def encode_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from journal.errors import Refused
 from journal.format import (
@@ -29,6 +29,7 @@ from journal.format import (
 from journal.sequence import OverCap, Sequence
 
 _ZERO_HEADER = bytes(HEADER_BYTES)
+_GENESIS = Kind.GENESIS
 
 
 class Verdict(enum.StrEnum):
@@ -40,8 +41,7 @@ class Verdict(enum.StrEnum):
     MISSING = "MISSING"
 
 
-@dataclasses.dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     offset: int
     kind: Kind
     version: int
@@ -76,7 +76,7 @@ class _Stop(Exception):
         self.reason = reason
 
 
-def _sector_chunks(data: memoryview, start: int, stop: int):
+def _sector_chunks(data: bytes, start: int, stop: int):
     """``data[start:stop]`` cut at every multiple of 512 of the file offset."""
     while start < stop:
         cut = min(stop, (start // SECTOR + 1) * SECTOR)
@@ -84,7 +84,7 @@ def _sector_chunks(data: memoryview, start: int, stop: int):
         start = cut
 
 
-def _torn_shape(data: memoryview, offset: int, length: int, stop: int) -> tuple[bool, bool]:
+def _torn_shape(data: bytes, offset: int, length: int, stop: int) -> tuple[bool, bool]:
     """(could these bytes be one frame's torn write, does a payload sector read all zero).
 
     A torn write leaves each 512-byte sector of the frame either written or
@@ -104,10 +104,11 @@ def _torn_shape(data: memoryview, offset: int, length: int, stop: int) -> tuple[
 
 
 class _Walk:
-    def __init__(self, data: memoryview) -> None:
+    def __init__(self, data: bytes) -> None:
         self.data = data
         self.offset = 0
         self.previous = b""
+        self.previous_hex = ""
         self.records: list[Record] = []
         self.sequence = Sequence()
 
@@ -118,46 +119,60 @@ class _Walk:
         if not self.records:
             raise _Stop(Verdict.TORN, "the journal is empty; its GENESIS record was never written")
 
+    def _where(self) -> str:
+        return f"offset {self.offset}, record {len(self.records) + 1}"
+
     def _frame(self, end: int) -> None:
         data, offset = self.data, self.offset
-        where = f"offset {offset}, record {len(self.records) + 1}"
         rest = end - offset
         if rest < HEADER_BYTES:
-            raise _Stop(Verdict.TORN, f"{where}: the last frame's header is incomplete ({rest} of 8 bytes)")
-        header = bytes(data[offset : offset + HEADER_BYTES])
+            raise _Stop(Verdict.TORN, f"{self._where()}: the last frame's header is incomplete ({rest} of 8 bytes)")
+        payload_start = offset + HEADER_BYTES
+        header = data[offset:payload_start]
         if header == _ZERO_HEADER:
             if rest <= MAX_FRAME and not any(data[offset:end]):
-                raise _Stop(Verdict.TORN, f"{where}: the last frame is zero-filled ({rest} bytes)")
-            raise _Stop(Verdict.CORRUPT, f"{where}: a zero header is followed by nonzero bytes")
+                raise _Stop(Verdict.TORN, f"{self._where()}: the last frame is zero-filled ({rest} bytes)")
+            raise _Stop(Verdict.CORRUPT, f"{self._where()}: a zero header is followed by nonzero bytes")
         length, kind_number, version, reserved = HEADER.unpack(header)
         try:
             kind = check_header(length, kind_number, version, reserved)
         except FrameError as error:
-            raise _Stop(Verdict.CORRUPT, f"{where}: {error.reason}") from None
-        frame_end = offset + HEADER_BYTES + padded(length)
+            raise _Stop(Verdict.CORRUPT, f"{self._where()}: {error.reason}") from None
+        frame_end = payload_start + padded(length)
         if frame_end > end:
             if _torn_shape(data, offset, length, end)[0]:
-                raise _Stop(Verdict.TORN, f"{where}: the last {kind.name} frame is incomplete ({rest} of {frame_end - offset} bytes)")
-            raise _Stop(Verdict.CORRUPT, f"{where}: the {kind.name} frame runs past the end, over bytes no torn write leaves")
-        payload = bytes(data[offset + HEADER_BYTES : offset + HEADER_BYTES + length])
+                raise _Stop(Verdict.TORN, f"{self._where()}: the last {kind.name} frame is incomplete ({rest} of {frame_end - offset} bytes)")
+            raise _Stop(Verdict.CORRUPT, f"{self._where()}: the {kind.name} frame runs past the end, over bytes no torn write leaves")
+        payload_end = payload_start + length
+        payload = data[payload_start:payload_end]
         try:
-            fields = self._check(kind, header, payload, frame_end)
+            if data.count(0, payload_end, frame_end) != frame_end - payload_end:
+                raise FrameError("the padding after the payload is not all zero")
+            fields = self._fields(kind, payload)
+            if kind is _GENESIS:
+                self.previous = genesis_digest(fields["journal_id"], fields["stage_id"])
+                self.previous_hex = self.previous.hex()
+            if fields["prev"] != self.previous_hex:
+                raise FrameError("prev does not match the digest of the chain before it; the chain is broken")
         except FrameError as error:
             consistent, zero_chunk = _torn_shape(data, offset, length, frame_end)
             if frame_end == end and zero_chunk and consistent:
-                raise _Stop(Verdict.TORN, f"{where}: the last {kind.name} frame holds a zero-filled sector") from None
-            raise _Stop(Verdict.CORRUPT, f"{where} ({kind.name}): {error.reason}") from None
+                raise _Stop(Verdict.TORN, f"{self._where()}: the last {kind.name} frame holds a zero-filled sector") from None
+            raise _Stop(Verdict.CORRUPT, f"{self._where()} ({kind.name}): {error.reason}") from None
+        try:
+            self.sequence.check_bounds(kind, frame_end)
+        except OverCap as refusal:
+            raise _Stop(Verdict.OVER_CAP, f"{self._where()} ({kind.name}): {refusal.rule}") from None
         digest = chain_step(self.previous, header, payload)
         head = digest.hex()
         self.sequence.admit(kind, fields, head)
         self.records.append(Record(offset, kind, version, payload, fields, head))
         self.previous = digest
+        self.previous_hex = head
         self.offset = frame_end
 
-    def _check(self, kind: Kind, header: bytes, payload: bytes, frame_end: int) -> dict[str, Any]:
-        data, offset = self.data, self.offset
-        if any(data[offset + HEADER_BYTES + len(payload) : frame_end]):
-            raise FrameError("the padding after the payload is not all zero")
+    def _fields(self, kind: Kind, payload: bytes) -> dict[str, Any]:
+        """The payload's fields if it is canonical, of its kind's schema, and may stand here (FrameError if not)."""
         try:
             fields = decode_payload(kind, payload)
         except Refused as refusal:
@@ -166,14 +181,6 @@ class _Walk:
             self.sequence.check_order(kind, fields)
         except Refused as refusal:
             raise FrameError(refusal.rule if refusal.where == kind.name else refusal.sentence()) from None
-        if kind is Kind.GENESIS:
-            self.previous = genesis_digest(fields["journal_id"], fields["stage_id"])
-        if fields["prev"] != self.previous.hex():
-            raise FrameError("prev does not match the digest of the chain before it; the chain is broken")
-        try:
-            self.sequence.check_bounds(kind, frame_end)
-        except OverCap as refusal:
-            raise _Stop(Verdict.OVER_CAP, f"offset {offset}, record {len(self.records) + 1} ({kind.name}): {refusal.rule}") from None
         return fields
 
 
@@ -187,7 +194,7 @@ def read_journal(
     """The verdict on a journal's stored bytes; ``None`` means there is no journal (MISSING)."""
     if data is None:
         return Reading(Verdict.MISSING, (), 0, None, "there is no journal", Sequence())
-    walk = _Walk(memoryview(data)[:CAP])
+    walk = _Walk(bytes(data[:CAP]))
     verdict, reason = Verdict.VALID, ""
     try:
         walk.run()

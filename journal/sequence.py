@@ -8,15 +8,19 @@ frame boundary leaves a valid journal.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from journal.errors import Refused
 from journal.format import CAP, RESERVE, RESERVE_START, RETIREMENT_KINDS, Kind
 
-_PROCESS_FOLLOW_UPS = (Kind.PROCESS_RELEASED, Kind.PROCESS_TERMINAL, Kind.DESCENDANTS_TERMINAL)
+# Module names for the kinds every record is compared with: an enum attribute
+# lookup costs about as much as the comparison itself, once per record.
+_GENESIS, _RETIREMENT_INTENT, _RETIRED = Kind.GENESIS, Kind.RETIREMENT_INTENT, Kind.RETIRED
+_HELPER_ATTEMPT = Kind.HELPER_ATTEMPT
+_PROCESS_FOLLOW_UPS = frozenset({Kind.PROCESS_RELEASED, Kind.PROCESS_TERMINAL, Kind.DESCENDANTS_TERMINAL})
 _DONE_OF = {Kind.MOUNT_DONE: Kind.MOUNT_INTENT, Kind.UNMOUNT_DONE: Kind.UNMOUNT_INTENT}
-_INTENTS = (Kind.PROCESS_INTENT, Kind.MOUNT_INTENT, Kind.UNMOUNT_INTENT)
+_INTENTS = frozenset({Kind.PROCESS_INTENT, Kind.MOUNT_INTENT, Kind.UNMOUNT_INTENT})
+_FOLLOW_UPS = _PROCESS_FOLLOW_UPS | _DONE_OF.keys()
 
 
 class OutOfSequence(Refused):
@@ -27,11 +31,13 @@ class OverCap(Refused):
     """A record that would end past the cap, or a non-retirement record ending inside the reserve (J2)."""
 
 
-@dataclasses.dataclass
 class _Operation:
-    intent: Kind
-    fields: dict[str, Any]
-    seen: set[Kind] = dataclasses.field(default_factory=set)
+    __slots__ = ("intent", "fields", "seen")
+
+    def __init__(self, intent: Kind, fields: dict[str, Any]) -> None:
+        self.intent = intent
+        self.fields = fields
+        self.seen: set[Kind] = set()
 
 
 class Sequence:
@@ -62,45 +68,55 @@ class Sequence:
 
     def check_order(self, kind: Kind, fields: dict[str, Any]) -> None:
         """Raise OutOfSequence unless a ``kind`` record with ``fields`` may follow the records so far."""
-        if self.count == 0:
-            if kind is not Kind.GENESIS:
+        last = self.last
+        if last is None:
+            if kind is not _GENESIS:
                 raise OutOfSequence(kind.name, "cannot be the first record; a journal starts with GENESIS")
             return
-        if kind is Kind.GENESIS:
+        if kind is _GENESIS:
             raise OutOfSequence(kind.name, "may only be the first record")
-        if self.last is Kind.RETIRED:
+        if last is _RETIRED:
             raise OutOfSequence(kind.name, "cannot follow RETIRED; a retired journal takes no more records")
-        if self.last is Kind.RETIREMENT_INTENT and kind is not Kind.RETIRED:
-            raise OutOfSequence(kind.name, "cannot follow RETIREMENT_INTENT; only RETIRED may")
-        if kind is Kind.RETIRED and self.last is not Kind.RETIREMENT_INTENT:
+        if last is _RETIREMENT_INTENT:
+            if kind is not _RETIRED:
+                raise OutOfSequence(kind.name, "cannot follow RETIREMENT_INTENT; only RETIRED may")
+        elif kind is _RETIRED:
             raise OutOfSequence(kind.name, "must follow RETIREMENT_INTENT directly")
-        if kind in _INTENTS:
-            if fields["op_id"] in self.operations:
-                raise OutOfSequence("op_id", f"{fields['op_id']!r} is already the id of an earlier operation")
-        elif kind in _PROCESS_FOLLOW_UPS:
-            operation = self._operation(kind, fields, Kind.PROCESS_INTENT)
-            if kind in operation.seen:
-                raise OutOfSequence("op_id", f"{fields['op_id']!r} already has a {kind.name} record")
-            if kind is Kind.PROCESS_RELEASED and Kind.PROCESS_TERMINAL in operation.seen:
-                raise OutOfSequence("op_id", f"{fields['op_id']!r} is already terminal")
-        elif kind in _DONE_OF:
-            operation = self._operation(kind, fields, _DONE_OF[kind])
-            if kind in operation.seen:
-                raise OutOfSequence("op_id", f"{fields['op_id']!r} already has a {kind.name} record")
-            for key in ("target", "kind"):
-                if fields[key] != operation.fields[key]:
-                    raise OutOfSequence(key, f"differs from the {key} of its {operation.intent.name}")
-        elif kind is Kind.HELPER_ATTEMPT:
-            if fields["attempt"] != self.helper_attempts + 1:
-                raise OutOfSequence("attempt", f"must be {self.helper_attempts + 1}, attempts are numbered in order")
-            if self.helper_attempts and self.last_helper_outcome != "MISSING":
-                raise OutOfSequence(
-                    kind.name,
-                    f"cannot follow an attempt whose outcome was {self.last_helper_outcome}; only MISSING permits a successor",
-                )
-        elif kind is Kind.CLEANUP_EVIDENCE:
-            if fields["journal_head"] not in self.heads:
-                raise OutOfSequence("journal_head", "is not a head this journal had before this record")
+        rule = _ORDER_RULES.get(kind)
+        if rule is not None:
+            rule(self, kind, fields)
+
+    def _intent(self, kind: Kind, fields: dict[str, Any]) -> None:
+        if fields["op_id"] in self.operations:
+            raise OutOfSequence("op_id", f"{fields['op_id']!r} is already the id of an earlier operation")
+
+    def _process_follow_up(self, kind: Kind, fields: dict[str, Any]) -> None:
+        operation = self._operation(kind, fields, Kind.PROCESS_INTENT)
+        if kind in operation.seen:
+            raise OutOfSequence("op_id", f"{fields['op_id']!r} already has a {kind.name} record")
+        if kind is Kind.PROCESS_RELEASED and Kind.PROCESS_TERMINAL in operation.seen:
+            raise OutOfSequence("op_id", f"{fields['op_id']!r} is already terminal")
+
+    def _done(self, kind: Kind, fields: dict[str, Any]) -> None:
+        operation = self._operation(kind, fields, _DONE_OF[kind])
+        if kind in operation.seen:
+            raise OutOfSequence("op_id", f"{fields['op_id']!r} already has a {kind.name} record")
+        for key in ("target", "kind"):
+            if fields[key] != operation.fields[key]:
+                raise OutOfSequence(key, f"differs from the {key} of its {operation.intent.name}")
+
+    def _helper_attempt(self, kind: Kind, fields: dict[str, Any]) -> None:
+        if fields["attempt"] != self.helper_attempts + 1:
+            raise OutOfSequence("attempt", f"must be {self.helper_attempts + 1}, attempts are numbered in order")
+        if self.helper_attempts and self.last_helper_outcome != "MISSING":
+            raise OutOfSequence(
+                kind.name,
+                f"cannot follow an attempt whose outcome was {self.last_helper_outcome}; only MISSING permits a successor",
+            )
+
+    def _cleanup_evidence(self, kind: Kind, fields: dict[str, Any]) -> None:
+        if fields["journal_head"] not in self.heads:
+            raise OutOfSequence("journal_head", "is not a head this journal had before this record")
 
     def _operation(self, kind: Kind, fields: dict[str, Any], intent: Kind) -> _Operation:
         operation = self.operations.get(fields["op_id"])
@@ -112,11 +128,20 @@ class Sequence:
         """Record that a checked ``kind`` record is now part of the journal, leaving ``head``."""
         if kind in _INTENTS:
             self.operations[fields["op_id"]] = _Operation(kind, fields)
-        elif kind in _PROCESS_FOLLOW_UPS or kind in _DONE_OF:
+        elif kind in _FOLLOW_UPS:
             self.operations[fields["op_id"]].seen.add(kind)
-        elif kind is Kind.HELPER_ATTEMPT:
+        elif kind is _HELPER_ATTEMPT:
             self.helper_attempts += 1
             self.last_helper_outcome = fields["outcome"]
         self.count += 1
         self.last = kind
         self.heads.add(head)
+
+
+_ORDER_RULES = {
+    **{kind: Sequence._intent for kind in _INTENTS},
+    **{kind: Sequence._process_follow_up for kind in _PROCESS_FOLLOW_UPS},
+    **{kind: Sequence._done for kind in _DONE_OF},
+    Kind.HELPER_ATTEMPT: Sequence._helper_attempt,
+    Kind.CLEANUP_EVIDENCE: Sequence._cleanup_evidence,
+}
