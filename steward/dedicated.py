@@ -10,12 +10,21 @@ from journal.errors import Refused
 def processes_using(uid: int, gid: int) -> list[tuple[int, str]]:
     """(pid, name) of every live process whose real, effective or saved UID or GID is the pair's."""
     found = []
-    for process in psutil.process_iter(["pid", "name", "uids", "gids"]):
+    # Only the ids are read for every process (one /proc/PID/status each); the
+    # name, which costs another read, only for a process that uses the pair.
+    for process in psutil.process_iter(["uids", "gids"]):
         info = process.info
         uids, gids = info.get("uids"), info.get("gids")
         if (uids is not None and uid in tuple(uids)) or (gids is not None and gid in tuple(gids)):
-            found.append((info["pid"], info.get("name") or "?"))
+            found.append((process.pid, _name(process)))
     return found
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name() or "?"
+    except psutil.Error:
+        return "?"
 
 
 def require_unused(uid: int, gid: int) -> None:

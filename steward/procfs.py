@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+from collections.abc import Iterator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,18 +23,29 @@ def parse_stat(text: str) -> tuple[int, int, int]:
     return int(rest[1]), int(rest[2]), int(rest[19])
 
 
+def _read(path: str, *, dir_fd: int | None = None) -> str:
+    """A whole procfs file, read with plain reads (no buffered text layer: a scan reads hundreds)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    # A command name is the process's own bytes; parse_stat reads only what follows it.
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def identity(pid: int) -> Identity:
-    with open(f"/proc/{pid}/stat", errors="surrogateescape") as file:
-        ppid, pgid, starttime = parse_stat(file.read())
+    ppid, pgid, starttime = parse_stat(_read(f"/proc/{pid}/stat"))
     return Identity(pid, starttime, pgid, ppid)
 
 
 def namespace_pids(pid: int) -> list[int]:
     """The NSpid line of /proc/PID/status: this pid in each pid namespace, outermost first."""
-    with open(f"/proc/{pid}/status", errors="surrogateescape") as file:
-        for line in file:
-            if line.startswith("NSpid:"):
-                return [int(item) for item in line.split()[1:]]
+    for line in _read(f"/proc/{pid}/status").splitlines():
+        if line.startswith("NSpid:"):
+            return [int(item) for item in line.split()[1:]]
     raise OSError(f"/proc/{pid}/status has no NSpid line")
 
 
@@ -87,8 +99,7 @@ class ProcessHandle:
         if self._fd is None:
             raise ValueError("the process handle is closed")
         try:
-            with open(os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._fd), errors="surrogateescape") as file:
-                text = file.read()
+            text = _read("stat", dir_fd=self._fd)
         except OSError as error:
             if _ended(error):
                 return True
@@ -123,10 +134,14 @@ def _ids(status: str, key: str) -> tuple[int, ...]:
     return ()
 
 
-def scan() -> list[Entry]:
-    """Every process of the host, read relative to one ``/proc`` descriptor; one that ends meanwhile is skipped."""
+def _processes(files: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
+    """(pid, the text of each of ``files``) for every process, read relative to one ``/proc`` descriptor.
+
+    Each process's files are read through a descriptor of its own ``/proc/PID``
+    directory, so they all come from that one process; one that ends meanwhile
+    is skipped.
+    """
     proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    found = []
     try:
         for name in os.listdir(proc_fd):
             if not name.isdigit():
@@ -138,21 +153,29 @@ def scan() -> list[Entry]:
                     continue
                 raise
             try:
-                with open(os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=pid_fd), errors="surrogateescape") as file:
-                    stat_text = file.read()
-                with open(os.open("status", os.O_RDONLY | os.O_CLOEXEC, dir_fd=pid_fd), errors="surrogateescape") as file:
-                    status_text = file.read()
+                texts = [_read(file, dir_fd=pid_fd) for file in files]
             except OSError as error:
                 if _ended(error):
                     continue
                 raise
             finally:
                 os.close(pid_fd)
-            if not stat_text or not status_text:
-                continue
-            ppid, pgid, starttime = parse_stat(stat_text)
-            state = stat_text[stat_text.rindex(")") + 2:].split(" ", 1)[0]
-            found.append(Entry(int(name), ppid, pgid, starttime, state, _ids(status_text, "Uid:"), _ids(status_text, "Gid:")))
+            if all(texts):
+                yield int(name), texts
     finally:
         os.close(proc_fd)
+
+
+def scan() -> list[Entry]:
+    """Every process of the host (stat and status)."""
+    found = []
+    for pid, (stat_text, status_text) in _processes(("stat", "status")):
+        ppid, pgid, starttime = parse_stat(stat_text)
+        state = stat_text[stat_text.rindex(")") + 2:].split(" ", 1)[0]
+        found.append(Entry(pid, ppid, pgid, starttime, state, _ids(status_text, "Uid:"), _ids(status_text, "Gid:")))
     return sorted(found, key=lambda entry: entry.pid)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Every host pid whose process group is ``pgid``, from a scan of stat alone."""
+    return sorted(pid for pid, (stat_text,) in _processes(("stat",)) if parse_stat(stat_text)[1] == pgid)

@@ -28,6 +28,7 @@ import select
 import signal
 import socket
 import subprocess
+import threading
 
 from journal.errors import Refused
 from launcher import drop, limits, protocol
@@ -117,6 +118,26 @@ def _await_zombie(pid: int, seconds: float) -> int | None:
         os.close(pidfd)
         raise
     return pidfd
+
+
+class _Background:
+    """``function(*arguments)`` on its own thread; ``join`` waits and returns what it raised, if anything."""
+
+    def __init__(self, function, *arguments) -> None:
+        self._failure: BaseException | None = None
+
+        def run() -> None:
+            try:
+                function(*arguments)
+            except BaseException as error:
+                self._failure = error
+
+        self._thread = threading.Thread(target=run, name="casebox-starter", daemon=True)
+        self._thread.start()
+
+    def join(self) -> BaseException | None:
+        self._thread.join()
+        return self._failure
 
 
 class Sandbox:
@@ -250,9 +271,15 @@ class Sandbox:
         self.outer_pgid = found.pgid
         self.ledger.process_intent(self._op_id("launcher"), "launcher", found.pid, found.starttime, found.pgid)
         # While stage 1's interpreter starts (it then waits for the nonce):
-        # S6, checked before anything runs as the dedicated ids, and the cgroup.
-        dedicated.require_unused(self.spec.uid, self.spec.gid)
-        self._contain(process.pid)
+        # S6, checked before anything runs as the dedicated ids, and, on a
+        # thread alongside it, the cgroup, whose move mostly waits in the kernel.
+        containing = _Background(self._contain, process.pid)
+        try:
+            dedicated.require_unused(self.spec.uid, self.spec.gid)
+        finally:
+            failure = containing.join()
+        if failure is not None:
+            raise failure
         process.stdin.write(self.nonce)
         process.stdin.close()
         self.ledger.process_released(self._op_id("launcher"))
@@ -260,8 +287,9 @@ class Sandbox:
     def _contain(self, pid: int) -> None:
         """Put the still-blocked stage 1 into the sandbox's own cgroup, so pid 1 is born there.
 
-        Moving a task between cgroups waits for an RCU grace period (several
-        ms); done here, it overlaps the launcher's interpreter start.
+        Moving a task between cgroups waits for an RCU grace period (about
+        10 ms); done here, it overlaps the launcher's interpreter start and
+        the S6 scan.
         """
         hierarchy = cgroups.detect()
         if hierarchy is None:
@@ -524,7 +552,7 @@ class Sandbox:
                     stuck.append(pid)
                 else:
                     zombies[pid] = pidfd
-            others = [entry.pid for entry in procfs.scan() if entry.pgid == group and entry.pid not in zombies]
+            others = [pid for pid in procfs.group_members(group) if pid not in zombies]
             for pid in list(zombies):
                 status = os.waitpid(pid, 0)[1]
                 os.close(zombies.pop(pid))

@@ -319,6 +319,25 @@ def test_a_dedicated_id_in_use_refuses_the_session(sandbox_ids, state_root):
         squatter.wait()
 
 
+def test_a_sandbox_whose_cgroup_cannot_be_joined_never_starts(sandbox_ids, state_root, monkeypatch):
+    """S10: the cgroup move runs beside the S6 check; if it fails, the launcher is never released and nothing remains."""
+    from steward import cgroups
+
+    if cgroups.detect() is None:
+        pytest.skip("this host has no memory and pids controllers")
+
+    def refuse(self, pid):
+        raise OSError(errno.EACCES, "cgroup.procs refused")
+
+    monkeypatch.setattr(cgroups.SandboxCgroup, "attach", refuse)
+    ledger = RecordingLedger()
+    with pytest.raises(OSError, match="cgroup.procs refused"):
+        start(sandbox_ids, state_root, ledger=ledger)
+    names = [record[0] for record in ledger.records]
+    assert names == ["process_intent", "process_terminal"], names
+    assert os.listdir(os.path.join(state_root, "staging")) == []
+
+
 def test_an_op_that_fails_before_exec_never_gets_an_exit_code(sandbox_ids, state_root):
     """S7: a failed exec reports the step and errno, and the child's raw status goes to the ledger only."""
     ledger = RecordingLedger()

@@ -357,16 +357,16 @@ def test_an_abandoned_session_is_retired_unverified(steward, state_path):
 def test_the_outer_group_is_claimed_only_after_zombie_scan_then_reap(steward, monkeypatch):
     """C3: waitid(P_PIDFD, WNOWAIT) shows the zombie, then the scan, then the exact reap; never waitpid(-1)."""
     order = []
-    real_waitid, real_scan, real_waitpid = os.waitid, procfs.scan, os.waitpid
+    real_waitid, real_members, real_waitpid = os.waitid, procfs.group_members, os.waitpid
 
     def waitid(idtype, ident, options):
         if options & os.WNOWAIT:
             order.append("zombie")
         return real_waitid(idtype, ident, options)
 
-    def scan():
+    def group_members(pgid):
         order.append("scan")
-        return real_scan()
+        return real_members(pgid)
 
     def waitpid(pid, options):
         assert pid > 0, "never waitpid(-1)"
@@ -376,7 +376,7 @@ def test_the_outer_group_is_claimed_only_after_zombie_scan_then_reap(steward, mo
     session = steward.open_session("attempt-1")
     session.start_sandbox()
     monkeypatch.setattr(starter.os, "waitid", waitid)
-    monkeypatch.setattr(starter.procfs, "scan", scan)
+    monkeypatch.setattr(starter.procfs, "group_members", group_members)
     monkeypatch.setattr(starter.os, "waitpid", waitpid)
     session.close_sandbox()
     monkeypatch.undo()
@@ -390,8 +390,8 @@ def test_another_member_of_the_outer_group_leaves_it_unproven(steward, monkeypat
     session = steward.open_session("attempt-1")
     session.start_sandbox()
     group = session.sandbox.outer_pgid
-    real_scan = procfs.scan
-    monkeypatch.setattr(starter.procfs, "scan", lambda: real_scan() + [procfs.Entry(4_000_000, 1, group, 5, "S", (0,), (0,))])
+    real_members = procfs.group_members
+    monkeypatch.setattr(starter.procfs, "group_members", lambda pgid: real_members(pgid) + [4_000_000] * (pgid == group))
     session.close_sandbox()
     monkeypatch.undo()
     closed = session.close()
