@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import _socket
 import _struct
-import array
 import os
 
 LAUNCHER, STARTER = "launcher", "starter"
@@ -42,6 +41,7 @@ _HEADER = _struct.Struct(">IIHH")
 _U32 = _struct.Struct(">I")
 _U64 = _struct.Struct(">Q")
 _UCRED = _struct.Struct("iII")
+_FD = _struct.Struct("i")
 
 # name: (type code, sender, descriptors carried, fields)
 MESSAGES = {
@@ -287,7 +287,7 @@ class Channel:
             raise ProtocolError(f"{self.me} may not send {name} with {len(fds)} descriptors")
         seq = self.send_seq
         data = encode(name, seq, fields)
-        ancillary = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
+        ancillary = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(_FD.pack(fd) for fd in fds))] if fds else []
         try:
             sent = self.sock.sendmsg([data], ancillary)
         except OSError as error:
@@ -308,9 +308,7 @@ class Channel:
         fds = []
         for level, kind, payload in ancillary:
             if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                carried = array.array("i")
-                carried.frombytes(payload[: len(payload) - len(payload) % carried.itemsize])
-                fds.extend(carried)
+                fds.extend(fd for (fd,) in _FD.iter_unpack(payload[: len(payload) - len(payload) % _FD.size]))
         try:
             if not data:
                 raise ProtocolError("the peer closed the channel")

@@ -1,12 +1,12 @@
 """S1: build the shipped launcher as one deterministic file, and provision it create-only.
 
-The launcher is the ``launcher/`` package zipped as an executable zip: each
-module's source and its unchecked hash-based .pyc (compiled here, so neither
-stage spends ~10 ms compiling), sorted by name, stored uncompressed, with
-fixed timestamps and permissions, plus a two-line ``__main__.py``. The same
-package and interpreter always give the same bytes, and the digest of those
-bytes is the shipped launcher's digest. ``python -I -S FILE`` runs such a zip
-directly.
+The launcher is the ``launcher/`` package compiled into one .pyc:
+``launcher/onefile.py`` is its top-level code, and every other module of the
+package is compiled here and stored in it as a code object (so neither stage
+spends ~10 ms compiling, and neither needs ``runpy`` or a zip reader).
+``python -I -S FILE`` runs such a file directly (the interpreter recognizes
+the .pyc magic number). The same package and interpreter always give the
+same bytes, and the digest of those bytes is the shipped launcher's digest.
 
 A launcher is provisioned into ``<state root>/staging``, a root-owned 0700
 directory (steward/stateroot.py), with ``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0500, then fsynced with
@@ -20,49 +20,50 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import io
 import marshal
 import os
 import pathlib
 import stat
-import zipfile
 
 import launcher
 from journal.createonly import write_durably
 from journal.errors import Refused
+from launcher import onefile
 from launcher.digest import sha256_of_fd
 from steward.stateroot import STAGING, StateRoot
 
-ENTRY = b"from launcher.__main__ import main\nmain()\n"
-_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+TOP_LEVEL = "onefile.py"
 LAUNCHER_MODE = 0o500
 
 
-def _entry(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
-    info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
-    info.compress_type = zipfile.ZIP_STORED
-    info.create_system = 3
-    info.external_attr = (stat.S_IFREG | 0o444) << 16
-    archive.writestr(info, data)
-
-
-def _pyc(source: bytes, name: str) -> bytes:
-    """An unchecked hash-based .pyc (PEP 552): magic, flags=0b01, source hash, marshalled code."""
-    code = compile(source, name, "exec", dont_inherit=True, optimize=0)
-    return importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little") + importlib.util.source_hash(source) + marshal.dumps(code)
+def _compile(source: bytes, name: str):
+    return compile(source, name, "exec", dont_inherit=True, optimize=0)
 
 
 def build(package_dir: pathlib.Path) -> bytes:
-    """The deterministic executable zip of the launcher package in ``package_dir``."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        _entry(archive, "__main__.py", ENTRY)
-        for path in sorted(package_dir.glob("*.py")):
-            name = f"launcher/{path.name}"
-            source = path.read_bytes()
-            _entry(archive, name, source)
-            _entry(archive, name + "c", _pyc(source, name))
-    return buffer.getvalue()
+    """The launcher package in ``package_dir`` as one unchecked hash-based .pyc (PEP 552), deterministically.
+
+    Its code is ``onefile.py``'s, with the placeholder constant MODULES replaced
+    by (name, is_package, code) for every other module, sorted by file name.
+    """
+    modules = tuple(
+        (
+            "launcher" if path.name == "__init__.py" else f"launcher.{path.stem}",
+            path.name == "__init__.py",
+            _compile(path.read_bytes(), f"launcher/{path.name}"),
+        )
+        for path in sorted(package_dir.glob("*.py"))
+        if path.name != TOP_LEVEL
+    )
+    source = (package_dir / TOP_LEVEL).read_bytes()
+    top = _compile(source, f"launcher/{TOP_LEVEL}")
+    slots = [index for index, const in enumerate(top.co_consts) if isinstance(const, str) and const == onefile.MODULES]
+    if len(slots) != 1:
+        raise RuntimeError(f"launcher/{TOP_LEVEL} must hold its MODULES placeholder exactly once")
+    constants = list(top.co_consts)
+    constants[slots[0]] = modules
+    code = top.replace(co_consts=tuple(constants))
+    return importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little") + importlib.util.source_hash(source) + marshal.dumps(code)
 
 
 @functools.lru_cache(maxsize=1)

@@ -155,7 +155,7 @@ class Sandbox:
         self.channel: Channel | None = None
         self.cgroup: cgroups.SandboxCgroup | None = None
         self.staging_fd = -1
-        self.launcher_name = f"launcher-{self.id}.pyz"
+        self.launcher_name = f"launcher-{self.id}.pyc"
         self.socket_name = f"rendezvous-{self.id}.sock"
         self.etc_name = f"{hostnetwork.PREFIX}{self.id}"
         self.etc_made = False

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import marshal
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -13,7 +16,7 @@ from journal.errors import Refused
 from steward import provision
 
 root = pytest.mark.root
-NAME = "launcher-test.pyz"
+NAME = "launcher-test.pyc"
 
 
 @pytest.fixture
@@ -40,6 +43,54 @@ def test_the_shipped_launcher_is_deterministic():
         check=True, capture_output=True, text=True,
     ).stdout.strip()
     assert fresh == digest.hex()
+
+
+def test_the_shipped_launcher_is_one_compiled_file_of_every_launcher_module():
+    """S1: one .pyc of this interpreter, holding every module of launcher/ compiled, and nothing else."""
+    data, _ = provision.shipped()
+    assert data[:4] == importlib.util.MAGIC_NUMBER
+    code = marshal.loads(data[16:])
+    (modules,) = [const for const in code.co_consts if isinstance(const, tuple) and const and isinstance(const[0], tuple)]
+    package = pathlib.Path(provision.launcher.__file__).parent
+    expected = sorted("launcher" if path.name == "__init__.py" else f"launcher.{path.stem}"
+                      for path in package.glob("*.py") if path.name != provision.TOP_LEVEL)
+    assert sorted(name for name, _, _ in modules) == expected
+    assert all(code.co_filename == f"launcher/{name.rpartition('.')[2] if name != 'launcher' else '__init__'}.py"
+               for name, _, code in modules)
+
+
+def test_the_shipped_launcher_runs_its_own_modules_as_a_script(tmp_path):
+    """S1, S3: ``python -I -S FILE`` runs the file itself; its launcher modules come from it, not from disk."""
+    data, _ = provision.shipped()
+    path = tmp_path / "launcher.pyc"
+    path.write_bytes(data)
+    interpreter = os.path.realpath(sys.executable)
+    shown = subprocess.run([interpreter, "-I", "-S", "-X", "importtime", str(path)], capture_output=True, text=True, env={})
+    assert shown.returncode == 2 and "started without its starter" in shown.stderr
+    assert "runpy" not in shown.stderr
+    assert str(provision.launcher.__file__) not in shown.stderr
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "onefile.py").write_text(
+        (pathlib.Path(provision.launcher.__file__).parent / "onefile.py").read_text().replace(
+            "    from launcher.__main__ import main\n\n    main()\n",
+            "    from launcher import protocol\n\n    print(protocol.__file__)\n",
+        )
+    )
+    for module in pathlib.Path(provision.launcher.__file__).parent.glob("*.py"):
+        if module.name != "onefile.py":
+            (probe / module.name).write_bytes(module.read_bytes())
+    path.write_bytes(provision.build(probe))
+    shown = subprocess.run([interpreter, "-I", "-S", str(path)], capture_output=True, text=True, env={}, check=True)
+    assert shown.stdout.strip() == f"{path}/launcher/protocol.py"
+
+
+def test_a_top_level_without_its_modules_placeholder_is_not_built(tmp_path):
+    """S1: the build refuses a top level that would run without the launcher's modules."""
+    (tmp_path / "onefile.py").write_text("import sys\n")
+    (tmp_path / "__init__.py").write_text("")
+    with pytest.raises(RuntimeError, match="MODULES placeholder"):
+        provision.build(tmp_path)
 
 
 @root

@@ -16,7 +16,7 @@ DIGEST = hashlib.sha256(SOURCE).digest()
 
 @pytest.fixture
 def source_fd(tmp_path):
-    path = tmp_path / "launcher.pyz"
+    path = tmp_path / "launcher.pyc"
     path.write_bytes(SOURCE)
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     yield fd
@@ -67,7 +67,7 @@ def test_reentry_requires_running_from_the_sealed_descriptor(source_fd):
         here = f"/proc/self/fd/{memfd}"
         reexec.verify_reentry(memfd, DIGEST, here, f"{here}/launcher/reexec.pyc")
         with pytest.raises(reexec.SealError, match="not from its sealed memfd"):
-            reexec.verify_reentry(memfd, DIGEST, "/var/lib/casebox/staging/launcher.pyz", f"{here}/launcher/reexec.pyc")
+            reexec.verify_reentry(memfd, DIGEST, "/var/lib/casebox/staging/launcher.pyc", f"{here}/launcher/reexec.pyc")
         with pytest.raises(reexec.SealError, match="not from its sealed memfd"):
             reexec.verify_reentry(memfd, DIGEST, here, "/usr/lib/python3/launcher/reexec.py")
         with pytest.raises(reexec.SealError, match="not a sealable memfd"):
