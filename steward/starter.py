@@ -172,6 +172,8 @@ class Sandbox:
         # None until teardown; then True only if the outer group was proved absent (C3).
         self.outer_absent: bool | None = None
         self.ready: dict | None = None
+        # Ledger failures during teardown, raised once the teardown is done.
+        self.unrecorded: list[Exception] = []
         if spec.network not in NETWORKS:
             raise ValueError(f"network must be one of {NETWORKS}")
 
@@ -499,7 +501,13 @@ class Sandbox:
         self._teardown()
 
     def _teardown(self) -> None:
-        """Reap every process we are the parent of (killing what still runs) and remove our host state."""
+        """Reap every process we are the parent of (killing what still runs) and remove our host state.
+
+        A record that fails here does not stop the teardown (a journal writer
+        that failed once refuses every later record, J5): every process is
+        still reaped and the cgroup and staging files removed, then the first
+        such failure is raised, so a missing record is never silent.
+        """
         if self.channel is not None:
             self.channel.sock.close()
             self.channel = None
@@ -507,7 +515,7 @@ class Sandbox:
             status = _reap(self.stage_one.pid, 0)
             del self.unreaped[self.stage_one.pid]
             self.stage_one.returncode = os.waitstatus_to_exitcode(status)
-            self.ledger.process_terminal(self._op_id("launcher"), status, "steward")
+            self._record(self.ledger.process_terminal, self._op_id("launcher"), status, "steward")
         if self.stage_one is not None:
             self._close_outer_group()
         if self.stage_one is not None and self.stage_one.stderr is not None and not self.stage_one.stderr.closed:
@@ -528,6 +536,16 @@ class Sandbox:
                 self.etc_made = False
             os.close(self.staging_fd)
             self.staging_fd = -1
+        if self.unrecorded:
+            failure, self.unrecorded = self.unrecorded[0], []
+            raise failure
+
+    def _record(self, call, *arguments) -> None:
+        """A ledger call made during teardown; a failure is kept for the end of the teardown."""
+        try:
+            call(*arguments)
+        except Exception as error:
+            self.unrecorded.append(error)
 
     def _close_outer_group(self) -> None:
         """C3: claim the outer group absent only after zombie, scan, then the exact reap of each member.
@@ -557,9 +575,9 @@ class Sandbox:
                 status = os.waitpid(pid, 0)[1]
                 os.close(zombies.pop(pid))
                 if pid in self.unreaped:
-                    self.ledger.process_terminal(self.unreaped.pop(pid), status, "steward")
+                    self._record(self.ledger.process_terminal, self.unreaped.pop(pid), status, "steward")
             if unknown:
-                self.ledger.descendants_terminal(self._op_id("launcher"), len([pid for pid in unknown if pid not in stuck]))
+                self._record(self.ledger.descendants_terminal, self._op_id("launcher"), len([pid for pid in unknown if pid not in stuck]))
             self.outer_absent = not others and not stuck
         finally:
             for pidfd in zombies.values():

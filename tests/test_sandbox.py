@@ -338,6 +338,55 @@ def test_a_sandbox_whose_cgroup_cannot_be_joined_never_starts(sandbox_ids, state
     assert os.listdir(os.path.join(state_root, "staging")) == []
 
 
+class _Poisoned(RecordingLedger):
+    """A ledger that fails on one record and then refuses every later one, as the journal writer does (J5)."""
+
+    def __init__(self, method: str, role_or_target: str) -> None:
+        super().__init__()
+        self.failing = (method, role_or_target)
+        self.poisoned = False
+
+    def _check(self, method: str, what: str) -> None:
+        if self.poisoned:
+            raise OSError(errno.EIO, "the writer is poisoned by an earlier failure")
+        if (method, what) == self.failing:
+            self.poisoned = True
+            raise OSError(errno.EIO, "journal write failed")
+
+    def process_intent(self, op_id, role, pid, starttime, pgid):
+        self._check("process_intent", role)
+        super().process_intent(op_id, role, pid, starttime, pgid)
+
+    def process_released(self, op_id):
+        self._check("process_released", op_id)
+        super().process_released(op_id)
+
+    def process_terminal(self, op_id, wait_status, reaper):
+        self._check("process_terminal", op_id)
+        super().process_terminal(op_id, wait_status, reaper)
+
+    def descendants_terminal(self, op_id, count):
+        self._check("descendants_terminal", op_id)
+        super().descendants_terminal(op_id, count)
+
+    def mount_intent(self, op_id, target, kind):
+        self._check("mount_intent", target)
+        super().mount_intent(op_id, target, kind)
+
+
+@pytest.mark.parametrize("method, what", [("process_intent", "launcher"), ("mount_intent", "/proc")])
+def test_a_start_whose_journal_breaks_still_leaves_nothing(sandbox_ids, state_root, method, what):
+    """J1/J5: after a failed record every later one fails too; the failed start still kills and reaps
+    every process, and removes its cgroup and staging files."""
+    sandbox_id = f"poisoned-{os.urandom(6).hex()}"
+    children_before = procfs.children(os.getpid())
+    with pytest.raises(OSError, match="journal write failed|poisoned by an earlier failure"):
+        Sandbox.start(Spec(*sandbox_ids), ledger=_Poisoned(method, what), state_root=state_root, sandbox_id=sandbox_id)
+    assert os.listdir(os.path.join(state_root, "staging")) == []
+    assert not any(os.path.basename(path) == f"casebox-{sandbox_id}" for path in _sandbox_cgroups())
+    assert procfs.children(os.getpid()) == children_before
+
+
 def test_an_op_that_fails_before_exec_never_gets_an_exit_code(sandbox_ids, state_root):
     """S7: a failed exec reports the step and errno, and the child's raw status goes to the ledger only."""
     ledger = RecordingLedger()
