@@ -256,6 +256,7 @@ class Sandbox:
     def _spawn(self, interpreter: str, launcher_fd: int) -> None:
         """Start stage 1 blocked on its nonce; record it, admit the session, then release it with the nonce."""
         self.nonce = secrets.token_bytes(protocol.NONCE_BYTES)
+        self._make_cgroup()
         process = subprocess.Popen(
             [interpreter, "-I", "-S", f"/proc/self/fd/{launcher_fd}", "stage1", str(self.staging_fd), self.socket_name],
             executable=interpreter,
@@ -269,38 +270,34 @@ class Sandbox:
         )
         self.stage_one = process
         self.unreaped[process.pid] = self._op_id("launcher")
-        found = procfs.identity(process.pid)
-        self.outer_pgid = found.pgid
-        self.ledger.process_intent(self._op_id("launcher"), "launcher", found.pid, found.starttime, found.pgid)
         # While stage 1's interpreter starts (it then waits for the nonce):
-        # S6, checked before anything runs as the dedicated ids, and, on a
-        # thread alongside it, the cgroup, whose move mostly waits in the kernel.
-        containing = _Background(self._contain, process.pid)
+        # its move into the cgroup, on a thread because the move mostly waits
+        # in the kernel (an RCU grace period, about 10 ms) and releases
+        # nothing (so it needs no intent), beside its durable record and S6,
+        # checked before anything runs as the dedicated ids.
+        attaching = None if self.cgroup is None else _Background(self.cgroup.attach, process.pid)
         try:
+            found = procfs.identity(process.pid)
+            self.outer_pgid = found.pgid
+            self.ledger.process_intent(self._op_id("launcher"), "launcher", found.pid, found.starttime, found.pgid)
             dedicated.require_unused(self.spec.uid, self.spec.gid)
         finally:
-            failure = containing.join()
+            failure = None if attaching is None else attaching.join()
         if failure is not None:
             raise failure
         process.stdin.write(self.nonce)
         process.stdin.close()
         self.ledger.process_released(self._op_id("launcher"))
 
-    def _contain(self, pid: int) -> None:
-        """Put the still-blocked stage 1 into the sandbox's own cgroup, so pid 1 is born there.
-
-        Moving a task between cgroups waits for an RCU grace period (about
-        10 ms); done here, it overlaps the launcher's interpreter start and
-        the S6 scan.
-        """
+    def _make_cgroup(self) -> None:
+        """The sandbox's own cgroup, where the host has the controllers; stage 1 joins it while still
+        blocked, so pid 1 is born there."""
         hierarchy = cgroups.detect()
-        if hierarchy is None:
-            return
-        self.cgroup = cgroups.SandboxCgroup.create(
-            hierarchy, f"casebox-{self.id}", memory_bytes=self.spec.limits.memory_bytes,
-            pids_max=self.spec.limits.processes + 1,
-        )
-        self.cgroup.attach(pid)
+        if hierarchy is not None:
+            self.cgroup = cgroups.SandboxCgroup.create(
+                hierarchy, f"casebox-{self.id}", memory_bytes=self.spec.limits.memory_bytes,
+                pids_max=self.spec.limits.processes + 1,
+            )
 
     def _accept(self, listener: socket.socket) -> socket.socket:
         try:
