@@ -194,7 +194,7 @@ class CaseService:
         argv = pip_argv(self.runtime, "install", "--no-index", "--no-deps", "--target", f"/out/{SITE}", *wheels)
         result = self._observe(
             self.starter.run_one(
-                argv, read=[REQUEST, CANDIDATE, DEPS], write=[SITE], limits=Limits(tmp_bytes=512 * MIB),
+                argv, read=["tools", REQUEST, CANDIDATE, DEPS], write=[SITE], limits=Limits(tmp_bytes=512 * MIB),
                 env={**SANDBOX_ENV, **INSTALL_ENV}, cwd="/work", timeout_ms=INSTALL_TIMEOUT_MS,
                 stdout_cap=MAX_OUTPUT_CAP, stderr_cap=MAX_OUTPUT_CAP,
             )

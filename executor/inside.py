@@ -1,4 +1,4 @@
-"""The one entry point of casebox's own tools inside a sandbox: the extractor and the resolver.
+"""The one entry point of casebox's own tools inside a sandbox: the extractor, the resolver, and pip's start.
 
 The case service and the dependency preparer run them as ops of a sandbox, as
 the dedicated UID (DESIGN T4, step 4), with exactly the files of
@@ -6,6 +6,7 @@ the dedicated UID (DESIGN T4, step 4), with exactly the files of
 
     RUNTIME -I -S -B -c BOOT extract /cap/bundle/candidate.tar /out/candidate
     RUNTIME -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate /cap/index
+    RUNTIME -I -S -B -c BOOT pip /cap/request/pip-X.whl install|download ARGS...
 
 Paths are opened here, inside the sandbox; the extractor then works on the
 descriptors alone.
@@ -35,9 +36,33 @@ def _extract(archive: str, target: str) -> int:
     return extract.main([str(archive_fd), str(target_fd)])
 
 
+def _pip(wheel: str, arguments: Sequence[str]) -> int:
+    """pip's own command line, run from its package unpacked out of the installer ``wheel`` into a private /tmp directory.
+
+    Run from the wheel as a zip, pip is compiled from source two or three
+    times over (zipimport compiles a module to answer ``get_filename`` and
+    again to load it): about 0.3 s of every fetch and install op. Unpacked
+    on the sandbox's tmpfs (~30 ms), each module it imports is compiled once.
+    Only ``pip/`` is unpacked, and this directory and the standard library
+    are all it imports from.
+    """
+    import tempfile
+    import zipfile
+
+    home = tempfile.mkdtemp(prefix="pip-")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(home, [name for name in archive.namelist() if name.startswith("pip/")])
+    sys.path[:] = [home, *(entry for entry in sys.path if entry != TOOLS)]
+    from pip._internal.cli.main import main as pip_main  # the wheel's own `pip` console script
+
+    return pip_main(list(arguments))
+
+
 def main(argv: Sequence[str]) -> int:
     if argv[:1] == ["extract"] and len(argv) == 3:
         return _extract(argv[1], argv[2])
+    if argv[:1] == ["pip"] and len(argv) >= 3:
+        return _pip(argv[1], argv[2:])
     if argv[:1] == ["resolve"] and len(argv) == 4:
         from executor import resolver
 

@@ -84,8 +84,10 @@ class Unresolved:
 
 
 def pip_argv(runtime: Runtime, *arguments: str) -> list[str]:
-    """pip, run from the installer wheel in the request capability as a zip: never from the network."""
-    return [runtime.interpreter, "-I", f"/cap/{REQUEST}/{runtime.installer.file}/pip", *arguments, *PIP_QUIET]
+    """pip, unpacked in its sandbox from the installer wheel in the request capability: never from the network.
+
+    The sandbox reads the tools capability too (executor/inside.py unpacks and starts pip)."""
+    return [runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "pip", f"/cap/{REQUEST}/{runtime.installer.file}", *arguments, *PIP_QUIET]
 
 
 def hash_regular(directory_fd: int, name: str) -> str | None:
@@ -203,9 +205,9 @@ class Preparer:
             self.session
         )
         if self.index_url is not None:
-            source, read = ("--index-url", self.index_url), [REQUEST, PINS]
+            source, read = ("--index-url", self.index_url), ["tools", REQUEST, PINS]
         else:
-            source, read = ("--no-index", "--find-links", "/cap/index"), ["index", REQUEST, PINS]
+            source, read = ("--no-index", "--find-links", "/cap/index"), ["tools", "index", REQUEST, PINS]
         argv = pip_argv(
             self.runtime, "download", "--no-deps", "--only-binary=:all:", *source,
             "--require-hashes", "--requirement", f"/cap/{PINS}/requirements.txt", "--dest", f"/out/{DEPS}",

@@ -170,8 +170,8 @@ def test_accepted_pins_are_fetched_and_sealed(tmp_path, staging, index):
     result, session = prepare(tmp_path, staging, index, BEGIN + PIN + END, {"lib-1.0-py3-none-any.whl": b"lib wheel bytes"})
     assert isinstance(result, Dependencies) and result.files == ("lib-1.0-py3-none-any.whl",)
     fetch = session.ops[1]
-    assert fetch.read == ["index", "request", "pins"] and fetch.write == ["deps"]
-    assert fetch.argv[2] == f"/cap/request/{RUNTIME.installer.file}/pip" and "--require-hashes" in fetch.argv
+    assert fetch.read == ["tools", "index", "request", "pins"] and fetch.write == ["deps"]
+    assert fetch.argv[6:9] == ["pip", f"/cap/request/{RUNTIME.installer.file}", "download"] and "--require-hashes" in fetch.argv
     assert {"--no-deps", "--only-binary=:all:", "--no-index"} <= set(fetch.argv)
     with open(os.path.join(staging.path, "pins", "requirements.txt")) as requirements:
         assert requirements.read() == f"lib==1.0 --hash=sha256:{LIB_SHA}\n"

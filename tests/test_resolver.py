@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from executor import inside
+from executor import inside, wheelbuild
 from executor.preparer import hash_regular
 from executor.resolver import LocalIndex, Resolution, vendored_packaging
 from executor.resolverproto import Acceptor, accept, request_bytes
@@ -156,22 +156,29 @@ def test_resolution_never_imports_candidate_code(dirs, tmp_path):
     assert not {name for name in set(sys.modules) - before if name.startswith(("demo_app", "lib"))}
 
 
+PIP_WHEEL = sorted((REPO / "examples" / "index").glob("pip-*.whl"))[-1]
+
+
+def _tools_boot(tmp_path: pathlib.Path) -> str:
+    """inside.BOOT over a copy of exactly inside.MODULES."""
+    tools = tmp_path / "tools"
+    for relative in inside.MODULES:
+        (tools / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tools / relative).write_bytes((REPO / relative).read_bytes())
+    return inside.BOOT.replace(repr(inside.TOOLS), repr(str(tools)))
+
+
 @pytest.mark.skipif(not os.access(RUNTIME, os.X_OK), reason="no /usr/bin/python3")
 def test_the_tools_run_from_their_module_list_alone(dirs, tmp_path):
     """The tools capability holds exactly inside.MODULES; with only those, -I -S, the resolver answers."""
     candidate, index = dirs
     wheel(candidate, "demo-app", "1.0", "lib")
     wheel(index, "lib", "1.0")
-    tools = tmp_path / "tools"
-    for relative in inside.MODULES:
-        (tools / relative).parent.mkdir(parents=True, exist_ok=True)
-        (tools / relative).write_bytes((REPO / relative).read_bytes())
     request = tmp_path / "request"
     request.mkdir()
-    pip_wheel = sorted((REPO / "examples" / "index").glob("pip-*.whl"))[-1]
-    (request / pip_wheel.name).write_bytes(pip_wheel.read_bytes())
-    (request / "request.json").write_bytes(request_bytes("sha256:" + "0" * 64, [], {"file": pip_wheel.name, "sha256": "0" * 64, "source": "index"}))
-    boot = inside.BOOT.replace(repr(inside.TOOLS), repr(str(tools)))
+    (request / PIP_WHEEL.name).write_bytes(PIP_WHEEL.read_bytes())
+    (request / "request.json").write_bytes(request_bytes("sha256:" + "0" * 64, [], {"file": PIP_WHEEL.name, "sha256": "0" * 64, "source": "index"}))
+    boot = _tools_boot(tmp_path)
     answer = subprocess.run(
         [RUNTIME, "-I", "-S", "-B", "-c", boot, "resolve", str(request), str(candidate), str(index)],
         capture_output=True, env={}, timeout=60,
@@ -232,3 +239,33 @@ def test_hash_regular_hashes_only_a_regular_file(tmp_path):
         assert hash_regular(fd, "real.whl") == hashlib.sha256(b"wheel").hexdigest()
     finally:
         os.close(fd)
+
+
+@pytest.mark.skipif(not os.access(RUNTIME, os.X_OK), reason="no /usr/bin/python3")
+def test_pip_runs_from_its_package_unpacked_out_of_the_installer_wheel(tmp_path):
+    """The fetch and install ops' pip (inside.py): the installer wheel's own pip, imported from a private copy of
+    its package unpacked into TMPDIR (not from the zip), installing with no index and no dependencies."""
+    source = tmp_path / "demo-app"
+    (source / "demo_app").mkdir(parents=True)
+    (source / "demo_app" / "__init__.py").write_text("MARK = 1\n")
+    (source / "pyproject.toml").write_text('[project]\nname = "demo-app"\nversion = "1.0"\n')
+    name, data = wheelbuild.build_wheel(str(source))
+    (tmp_path / name).write_bytes(data)
+    scratch, target = tmp_path / "tmp", tmp_path / "site"
+    scratch.mkdir()
+    boot = _tools_boot(tmp_path)
+
+    def pip(*arguments: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [RUNTIME, "-I", "-S", "-B", "-c", boot, "pip", str(PIP_WHEEL), *arguments, "--disable-pip-version-check"],
+            capture_output=True, env={"TMPDIR": str(scratch), "PIP_CONFIG_FILE": "/dev/null"}, timeout=120,
+        )
+
+    shown = pip("--version")
+    assert shown.returncode == 0, shown.stderr
+    version = PIP_WHEEL.name.split("-")[1]
+    assert shown.stdout.decode().startswith(f"pip {version} from {scratch}/pip-"), shown.stdout
+    assert [path.name for path in scratch.iterdir() for path in path.iterdir()] == ["pip"]
+    installed = pip("install", "--no-index", "--no-deps", "--target", str(target), str(tmp_path / name))
+    assert installed.returncode == 0, installed.stderr
+    assert (target / "demo_app" / "__init__.py").read_text() == "MARK = 1\n"
