@@ -10,8 +10,9 @@ as the dedicated UID (docs/pipeline.md):
   (``identity.digest_directory``), never from the tar;
 - **install**: once per session, ``pip install --no-index --no-deps
   --target /out/site`` from the sealed candidate and the sealed
-  dependencies, pip run from its wheel; ``site`` is sealed and mounted
-  read-only at ``/cap/site`` in every case sandbox;
+  dependencies, pip unpacked from its wheel in the sandbox
+  (executor/inside.py); ``site`` is sealed and mounted read-only at
+  ``/cap/site`` in every case sandbox;
 - **cases**: one sandbox per case, one op: the plan's op materialized
   (:func:`case_argv`), with the verifier tree at ``/cap/verifier`` and, for a
   pytest case, a writable output of its own for the junit report, sealed

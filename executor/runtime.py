@@ -6,8 +6,8 @@ casebox itself runs on when its real path lies there, else the real path of
 ``/usr/bin/python3``. It must be Python 3.11 or later, because casebox's own
 sandboxed tools (the extractor and the resolver) run on it.
 
-The installer is pip, run from its wheel as a zip (``python PIP.whl/pip``),
-never from the network: the newest ``pip-X.Y[.Z]-py3-none-any.whl`` of the
+The installer is pip, run from its wheel (unpacked in the sandbox that runs
+it, executor/inside.py), never from the network: the newest ``pip-X.Y[.Z]-py3-none-any.whl`` of the
 find-links index when it holds one, else the pip wheel the runtime bundles
 (``<stdlib>/ensurepip/_bundled/``, ``<stdlib>/ensurepip/`` or Debian's
 ``/usr/share/python-wheels/``). With a network index it is always the
