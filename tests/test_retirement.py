@@ -268,8 +268,8 @@ def test_recovery_removes_only_its_own_stages_sandbox_residue(steward, state_pat
     """C5, S1: the staging files a killed starter left are removed for the stage being recovered alone;
     another session's launcher and rendezvous socket stay where they are."""
     staging = pathlib.Path(state_path) / "staging"
-    mine = ["launcher-aaaa-1.pyz", "rendezvous-aaaa-1.sock"]
-    theirs = ["launcher-bbbb-1.pyz", "rendezvous-bbbb-2.sock", "launcher-aaaab-1.pyz"]
+    mine = ["launcher-aaaa-1.pyc", "rendezvous-aaaa-1.sock"]
+    theirs = ["launcher-bbbb-1.pyc", "rendezvous-bbbb-2.sock", "launcher-aaaab-1.pyc"]
     for name in mine + theirs:
         (staging / name).write_bytes(b"")
     removed = recovery.remove_sandbox_residue(steward.root, "aaaa")
