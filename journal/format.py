@@ -8,10 +8,11 @@ reader accepts (J3), and :func:`chain_step` is the one definition of the chain.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import re
 import struct
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from journal import strictjson
 from journal.closed import SHA256_HEX, ClosedObject, check_str
@@ -358,7 +359,11 @@ class Layout:
         return fields
 
 
-LAYOUTS = {kind: Layout(kind) for kind in Kind}
+@functools.cache
+def layout(kind: Kind) -> Layout:
+    """The kind's layout, compiled on its first use: compiling all of them when this module is imported would
+    cost every command that imports it about 2 ms."""
+    return Layout(kind)
 
 
 def parse_payload(kind: Kind, payload: bytes) -> dict[str, Any]:
@@ -379,7 +384,7 @@ def decode_payload(kind: Kind, payload: bytes) -> dict[str, Any]:
     string with an escape, or a payload the reader refuses) takes the exact
     reading, which accepts it or names the rule it breaks.
     """
-    fields = LAYOUTS[kind].fields(payload)
+    fields = layout(kind).fields(payload)
     return parse_payload(kind, payload) if fields is None else fields
 
 

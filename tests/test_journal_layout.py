@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from journal.errors import Refused
-from journal.format import LAYOUTS, Kind, decode_payload, parse_payload
+from journal.format import Kind, decode_payload, layout, parse_payload
 from journal.reader import Verdict, read_journal
 from journal_support import Chain, golden, vectors
 
@@ -44,7 +44,7 @@ def test_layouts_admit_every_escape_free_canonical_payload():
     payloads = [pair for vector in vectors() if vector["verdict"] == "VALID" for pair in _payloads(vector["file"])]
     assert {kind for kind, _ in payloads} == set(Kind) and len(payloads) > 100
     for kind, payload in payloads:
-        assert LAYOUTS[kind].fields(payload) == parse_payload(kind, payload)
+        assert layout(kind).fields(payload) == parse_payload(kind, payload)
 
 
 def test_a_layout_never_admits_what_the_exact_reading_refuses():
@@ -53,7 +53,7 @@ def test_a_layout_never_admits_what_the_exact_reading_refuses():
     admitted = 0
     for kind, payload in _payloads("every_kind.bin"):
         for mutated in _mutations(payload):
-            fields = LAYOUTS[kind].fields(mutated)
+            fields = layout(kind).fields(mutated)
             if fields is not None:
                 admitted += 1
                 assert fields == _exact(kind, mutated), mutated
@@ -90,7 +90,7 @@ def test_a_target_with_a_quote_or_backslash_reads_back_as_written(target):
 def test_an_overlong_value_is_refused_in_one_pass_too():
     """J3: a layout bounds each string by its type's byte limit, even past the payload cap."""
     payload = Chain().payload(Kind.RETIREMENT_INTENT, note="n" * 5_000)
-    assert LAYOUTS[Kind.RETIREMENT_INTENT].fields(payload) is None
+    assert layout(Kind.RETIREMENT_INTENT).fields(payload) is None
     with pytest.raises(Refused):
         decode_payload(Kind.RETIREMENT_INTENT, payload)
 
