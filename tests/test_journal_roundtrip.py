@@ -62,7 +62,8 @@ class Player:
         draw = self.data.draw
         choice = draw(st.sampled_from(["process", "follow", "mount", "done", "helper", "cleanup"]))
         if choice == "process":
-            op = f"p{len(self.processes)}{draw(ids)}"
+            # The dash ends the counter, so two processes never share an id ("p1"+"00" vs "p10"+"0").
+            op = f"p{len(self.processes)}-{draw(ids)}"
             self.call(Kind.PROCESS_INTENT, op_id=op, role=draw(st.sampled_from(ROLES)), pid=draw(st.integers(1, 4_194_304)),
                       starttime=draw(st.integers(0, 2**53 - 1)), pgid=draw(st.integers(1, 4_194_304)))
             self.processes[op] = set()
