@@ -103,6 +103,8 @@ def observe() -> dict:
         "setuid0_errno": setuid0_errno,
         "securebits": prctl.get_securebits(),
         "no_new_privs": status.get("NoNewPrivs") == "1",
+        # The kernel resets the flag to fs.suid_dumpable on the UID change, so only this reading says what holds.
+        "dumpable": prctl.get_dumpable() != 0,
     }
     for key, name in CAPABILITY_SETS:
         # A missing line reads as all bits set, so it can never pass the check.
@@ -135,5 +137,7 @@ def check(observations: dict, uid: int, gid: int) -> None:
             problems.append(f"{name} is {observations[key]:#x}")
     if observations["no_new_privs"] is not True:
         problems.append("NoNewPrivs is not 1")
+    if observations["dumpable"] is not False:
+        problems.append("the process is dumpable, so its memory and descriptors could be read through /proc")
     if problems:
         raise DropError("the drop is not proved: " + "; ".join(problems))

@@ -69,6 +69,7 @@ MESSAGES = {
             ("cap_bnd", "u64"),
             ("cap_amb", "u64"),
             ("no_new_privs", "u8"),
+            ("dumpable", "u8"),
             ("proc_hidepid", "u8"),
         ),
     ),

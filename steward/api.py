@@ -128,6 +128,7 @@ class Ready:
     securebits: int
     capabilities: int
     no_new_privs: bool
+    dumpable: bool
     proc_hidepid: bool
     network: str = LOOPBACK
 
@@ -151,6 +152,7 @@ class Ready:
             securebits=_int(fields, "securebits", 0xFFFF),
             capabilities=_int(fields, "capabilities"),
             no_new_privs=fields.pop_bool("no_new_privs"),
+            dumpable=fields.pop_bool("dumpable"),
             proc_hidepid=fields.pop_bool("proc_hidepid"),
             network=check_network(fields.pop_str("network", max_bytes=16), f"{fields.path}.network"),
         )

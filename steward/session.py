@@ -384,6 +384,7 @@ class Session:
             securebits=ready["securebits"],
             capabilities=ready["cap_inh"] | ready["cap_prm"] | ready["cap_eff"] | ready["cap_bnd"] | ready["cap_amb"],
             no_new_privs=ready["no_new_privs"],
+            dumpable=ready["dumpable"],
             proc_hidepid=ready["proc_hidepid"],
             network=ready["network"],
         )

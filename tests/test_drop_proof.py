@@ -11,6 +11,7 @@ import pytest
 
 from launcher import drop, protocol
 from launcher.protocol import Channel, ProtocolError
+from sandbox_support import PYTHON, SANDBOX_ENV, contained, start, state_root  # noqa: F401
 from steward.ledger import RecordingLedger
 from steward.starter import Sandbox, Spec
 
@@ -30,6 +31,7 @@ def proved() -> dict:
         "cap_bnd": 0,
         "cap_amb": 0,
         "no_new_privs": True,
+        "dumpable": False,
     }
 
 
@@ -51,6 +53,7 @@ def test_a_complete_drop_passes():
         ({"cap_bnd": 0x1FFFFFFFFFF}, "CapBnd is"),
         ({"cap_amb": 4}, "CapAmb is"),
         ({"no_new_privs": False}, "NoNewPrivs is not 1"),
+        ({"dumpable": True}, "the process is dumpable"),
     ],
 )
 def test_any_privilege_left_refuses_ready(change, complaint):
@@ -94,3 +97,31 @@ def test_the_starter_refuses_ready_with_privileges_left(tmp_path):
         far.recv(64)  # no ACK was sent
     near.close()
     far.close()
+
+
+@pytest.fixture
+def suid_dumpable_user():
+    """fs.suid_dumpable at 1 for one test: a UID change then leaves a process dumpable unless it says otherwise."""
+    path = "/proc/sys/fs/suid_dumpable"
+    with open(path) as file:
+        before = file.read().strip()
+    with open(path, "w") as file:
+        file.write("1")
+    try:
+        yield
+    finally:
+        with open(path, "w") as file:
+            file.write(before)
+
+
+@pytest.mark.root
+def test_pid1_is_not_dumpable_even_when_the_host_lets_a_uid_change_keep_it(sandbox_ids, state_root, contained, suid_dumpable_user):
+    """S5, S8: READY proves pid 1 not dumpable, so the candidate (same UID) cannot read pid 1 through /proc."""
+    with start(sandbox_ids, state_root) as sandbox:
+        assert sandbox.ready["dumpable"] is False
+        result = sandbox.run(
+            [PYTHON, "-c", "import os\ntry:\n    os.open('/proc/1/environ', os.O_RDONLY)\n    print('read')\nexcept OSError as e:\n    print(e.errno)"],
+            env=dict(SANDBOX_ENV), timeout_ms=20_000, stdout_cap=4096, stderr_cap=4096,
+        )
+    # hidepid=2 shows a process that may not be read as absent, so ENOENT is as good a refusal as EACCES.
+    assert result.wait_status == 0 and result.stdout.strip() in (b"%d" % errno.EACCES, b"%d" % errno.ENOENT), result
