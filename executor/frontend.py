@@ -13,7 +13,8 @@ import stat
 import sys
 from collections.abc import Callable
 
-from journal.errors import Refused, one_line
+from journal.errors import SENTENCE_LIMIT, Refused
+from journal.untrusted import LIMIT, escape, json_line
 
 EXIT_OK = 0
 EXIT_NOT_OK = 1
@@ -27,6 +28,27 @@ class InternalFailure(Exception):
     """A failure of casebox or the host, not of the input: exit 70 with this sentence."""
 
 
+# A line casebox prints is made of its own words and of fields each bounded where they were escaped.
+LINE_LIMIT = 8 * LIMIT
+
+
+def say(line: str = "", *, file=None) -> None:
+    """Print one line of human-readable output, through the one untrusted-text rule (E8).
+
+    Each field that came from the candidate, an index or a sandbox is escaped
+    where it is interpolated; the whole line is escaped again here (the rule
+    is idempotent), so a field that was missed still cannot add a line, move
+    the cursor or start a workflow command. A caller prints a block of lines
+    one ``say`` at a time.
+    """
+    print(escape(line, limit=LINE_LIMIT), file=sys.stdout if file is None else file)
+
+
+def say_json(value: object) -> None:
+    """Print ``value`` as one line of terminal-safe JSON (E8; journal.untrusted.json_line)."""
+    print(json_line(value))
+
+
 def say_refused(refusal: Refused) -> int:
     print(f"casebox: {refusal.sentence()}", file=sys.stderr)
     return EXIT_REFUSED
@@ -37,7 +59,7 @@ def _say_internal(text: str, *, debug: bool) -> int:
         import traceback  # only here: it costs a few milliseconds on every start
 
         traceback.print_exc()
-    print(f"casebox: {one_line(text)}", file=sys.stderr)
+    print(f"casebox: {escape(text, limit=SENTENCE_LIMIT)}", file=sys.stderr)
     return EXIT_INTERNAL
 
 

@@ -26,8 +26,8 @@ import dataclasses
 import os
 from typing import Sequence
 
-from journal.errors import one_line
 from journal.strictjson import decode_lossy
+from journal.untrusted import escape
 from steward.api import LOOPBACK, Limits, OpOutcome, Ready
 from steward.failure import SandboxFailure
 
@@ -214,7 +214,7 @@ def failure_of(result: OpOutcome | LifecycleEvidence) -> str | None:
     if observation.limit == "OK":
         return None
     lines = decode_lossy(observation.stderr).strip().splitlines()
-    said = f": {one_line(lines[-1])}" if lines else ""
+    said = f": {escape(lines[-1])}" if lines else ""
     return f"the op ended {observation.limit} with wait status {observation.wait_status:#06x}{said}"
 
 

@@ -6,16 +6,12 @@ it; the front end turns it into exit 64 and its sentence (DESIGN F1).
 
 from __future__ import annotations
 
+from journal.untrusted import escape
 
-def one_line(text: str) -> str:
-    """``text`` safe for one terminal line: every unprintable character escaped.
-
-    A file name or a message can hold a newline or a terminal escape; shown
-    raw, it would split the one-sentence answer or rewrite the screen.
-    """
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+# A refusal names a path, a member or a field that may be as long as its own cap: the sentence keeps this
+# much of where, and of the rule, so the rule is never cut off by a long name.
+WHERE_LIMIT = 1_000
+SENTENCE_LIMIT = 2_000
 
 
 class Refused(Exception):
@@ -27,7 +23,8 @@ class Refused(Exception):
         self.rule = rule
 
     def sentence(self) -> str:
-        text = one_line(f"{self.where}: {self.rule}" if self.where else self.rule)
+        rule = escape(self.rule, limit=SENTENCE_LIMIT)
+        text = f"{escape(self.where, limit=WHERE_LIMIT)}: {rule}" if self.where else rule
         return text if text.endswith(".") else text + "."
 
     def under(self, outer: str) -> "Refused":

@@ -11,9 +11,9 @@ the records table below the timeline holds every record whole.
 
 from __future__ import annotations
 
-import html
 import math
 
+from journal import untrusted
 from journal.format import Kind
 from journal.reader import Reading, Verdict
 from journal.replay import namespace_end
@@ -71,9 +71,12 @@ _PAGE_STYLE = (
 )
 
 
-def escape(text: object) -> str:
-    """Text for an element's content: journal strings only ever go there, never into an attribute."""
-    return html.escape(str(text), quote=False)
+def _tooltip(text: str) -> str:
+    """A hover text of several lines: each line through the untrusted-text rule (E8), the breaks kept.
+
+    The lines are casebox's own, built from journal fields, which the reader
+    only accepts as printable ASCII: a field never holds a line break."""
+    return "\n".join(untrusted.html(line) for line in text.split("\n"))
 
 
 def fit(text: str, chars: int) -> str:
@@ -135,7 +138,7 @@ class Canvas:
     def text(self, x: float, y: float, text: str, *, cls: str = "", anchor: str = "start", fill: str = "") -> None:
         attributes = (f' class="{cls}"' if cls else "") + (f' text-anchor="{anchor}"' if anchor != "start" else "")
         attributes += f' style="fill:{fill}"' if fill else ""
-        self.add(f'<text x="{x:.1f}" y="{y:.1f}"{attributes}>{escape(text)}</text>')
+        self.add(f'<text x="{x:.1f}" y="{y:.1f}"{attributes}>{untrusted.html(text)}</text>')
 
     def bar(self, begin: int, stop: int | None, top: float, height: float, fill: str, title: str, *,
             stroke: str = "", open_end: bool = False) -> tuple[float, float]:
@@ -148,7 +151,7 @@ class Canvas:
             style = f'fill="{fill}"' + (f' stroke="{stroke}"' if stroke else "")
         self.add(
             f'<rect x="{left:.1f}" y="{top:.1f}" width="{right - left:.1f}" height="{height:.1f}" rx="2" {style}>'
-            f"<title>{escape(title)}</title></rect>"
+            f"<title>{_tooltip(title)}</title></rect>"
         )
         return left, right
 
@@ -156,7 +159,7 @@ class Canvas:
         x = self.x(at)
         self.add(
             f'<path d="M{x:.1f} {middle - 7:.1f}L{x + 7:.1f} {middle:.1f}L{x:.1f} {middle + 7:.1f}L{x - 7:.1f} {middle:.1f}Z" '
-            f'fill="{fill}" stroke="#fff"><title>{escape(title)}</title></path>'
+            f'fill="{fill}" stroke="#fff"><title>{_tooltip(title)}</title></path>'
         )
         return x
 
@@ -181,7 +184,7 @@ def _sandbox_row(canvas: Canvas, line: Timeline, sandbox: Sandbox) -> float:
     unmounted = sum(1 for mount in sandbox.mounts if mount.unmounted)
     remaining = sandbox.lasting_mounts
     pid1 = sandbox.pid1
-    canvas.add(f"<g><title>{escape(_sandbox_title(line, sandbox))}</title>")
+    canvas.add(f"<g><title>{_tooltip(_sandbox_title(line, sandbox))}</title>")
     canvas.text(12, top + 19, fit(f"sandbox {sandbox.name}", 38), cls="b")
     note = []
     if remaining:
@@ -217,7 +220,7 @@ def _sandbox_row(canvas: Canvas, line: Timeline, sandbox: Sandbox) -> float:
             x = canvas.x(mount.unmount_done_at)
             canvas.add(
                 f'<rect x="{x - 1:.1f}" y="{top + 34:.1f}" width="2" height="10" fill="{TEAL}">'
-                f"<title>{escape(_unmount_title(line, mount))}</title></rect>"
+                f"<title>{_tooltip(_unmount_title(line, mount))}</title></rect>"
             )
     if lefts:
         canvas.beside(min(lefts), max(rights), top + 27, _sandbox_outcome(sandbox))
@@ -466,17 +469,17 @@ def render_html(reading: Reading, shown: str) -> str:
     head = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>casebox journal {escape(reading.verdict)}: {escape(shown)}</title>",
+        f"<title>casebox journal {untrusted.html(reading.verdict)}: {untrusted.html(shown)}</title>",
         f"<style>{_PAGE_STYLE}</style></head><body>",
     ]
     if not reading.records:
-        head += [f"<h1>casebox journal {escape(reading.verdict)}</h1>",
-                 f"<p><code>{escape(shown)}</code>: {escape(reading.reason)}</p>"]
+        head += [f"<h1>casebox journal {untrusted.html(reading.verdict)}</h1>",
+                 f"<p><code>{untrusted.html(shown)}</code>: {untrusted.html(reading.reason)}</p>"]
         return "\n".join(head + ["</body></html>"]) + "\n"
     line = timeline(reading)
     rows = "".join(
-        f"<tr><td>{record.offset}</td><td>{escape(since(line.start, at_of(record)))}</td>"
-        f"<td>{record.kind.name}</td><td><code>{escape(record.payload.decode('ascii'))}</code></td></tr>"
+        f"<tr><td>{record.offset}</td><td>{untrusted.html(since(line.start, at_of(record)))}</td>"
+        f"<td>{record.kind.name}</td><td><code>{untrusted.html(record.payload.decode('ascii'), limit=len(record.payload))}</code></td></tr>"
         for record in reading.records
     )
     table = (

@@ -30,7 +30,8 @@ import traceback
 
 from journal import strictjson
 from journal.closed import ClosedObject
-from journal.errors import Refused, one_line
+from journal.errors import SENTENCE_LIMIT, Refused
+from journal.untrusted import escape
 from steward import api
 from steward.failure import SandboxFailure
 from steward.session import Session, Steward
@@ -45,7 +46,7 @@ _SO_SNDBUFFORCE = 32
 
 
 def log(text: str) -> None:
-    print(f"casebox-steward: {one_line(text)}", file=sys.stderr, flush=True)
+    print(f"casebox-steward: {escape(text, limit=SENTENCE_LIMIT)}", file=sys.stderr, flush=True)
 
 
 def notify(state: str) -> None:

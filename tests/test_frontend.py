@@ -11,7 +11,7 @@ import pytest
 
 from executor import cli
 from executor.frontend import InternalFailure, read_capped, run_command
-from journal.errors import Refused, one_line
+from journal.errors import Refused
 
 REPO_EXAMPLE = "examples/plan.json"
 # Runs the real CLI in a child with one fault injected: checking a plan raises ZeroDivisionError.
@@ -149,13 +149,6 @@ def test_sentence_is_one_line_whatever_the_file_name(casebox, tmp_path):
     hostile.write_bytes(b"[]")
     sentence = casebox.refused("plan", "check", str(hostile), naming="plan\\n\\x1b[2Jname.json")
     assert sentence.endswith("at $: must be an object, not an array.")
-
-
-def test_one_line_escapes_only_unprintable_characters():
-    """F1: printable text, accents included, is kept; controls and line separators are escaped."""
-    assert one_line("plan é.json: ok") == "plan é.json: ok"
-    assert one_line("a\nb\rc\td\x00e\x1bf\u2028g") == "a\\nb\\rc\\td\\x00e\\x1bf\\u2028g"
-    assert Refused("a\nb", "must be x").sentence() == "a\\nb: must be x."
 
 
 def test_refused_under_keeps_type_and_rule():

@@ -7,10 +7,10 @@ import os
 
 from executor import bundle as reader
 from executor.commands.plan import load_plan
-from executor.frontend import EXIT_OK, open_regular
+from executor.frontend import EXIT_OK, open_regular, say, say_json
+from journal.untrusted import escape
 from executor.preflight import Handoff, check_attempt, preflight
 from journal.errors import Refused
-from journal.strictjson import canonical
 
 
 def _preflight(args: argparse.Namespace) -> int:
@@ -37,11 +37,11 @@ def _check(args: argparse.Namespace) -> int:
         for member in checked.members
     ]
     if args.json:
-        print(canonical({"schema": "casebox.bundle-check.v1", "identity": digest, "members": members}).decode("ascii"))
+        say_json({"schema": "casebox.bundle-check.v1", "identity": digest, "members": members})
         return EXIT_OK
     for member in members:
-        print(f"{member['type']:<9} {member['size']:>10}  {member['path']}")
-    print(f"identity  {digest}")
+        say(f"{member['type']:<9} {member['size']:>10}  {escape(member['path'])}")
+    say(f"identity  {digest}")
     return EXIT_OK
 
 

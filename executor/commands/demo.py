@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from executor.frontend import EXIT_NOT_OK, EXIT_OK, InternalFailure
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, InternalFailure, say
 from journal.errors import Refused
 
 # What each case of examples/plan.json is designed to get (examples/README.md says why), and the verdict
@@ -50,6 +50,7 @@ def _demo(args: argparse.Namespace) -> int:
     from executor.commands.verify import progress_printer
     from executor.verify import Attempt, verify
     from journal.createonly import open_directory, publish_once
+    from journal.untrusted import escape
 
     config = configuration.load(args.config).overridden(state_root=args.state_root)
     examples = examples_directory()
@@ -77,22 +78,23 @@ def _demo(args: argparse.Namespace) -> int:
     )
     verified = verify(config, request, progress=progress, embedded=args.state_root is not None)
     report = verified.report
-    print(f"attempt: {request.attempt_id}")
-    print(f"bundle: {request.bundle}")
-    print(f"sha256: {request.sha256}")
-    print(table(report, DESIGNED))
+    say(f"attempt: {request.attempt_id}")
+    say(f"bundle: {request.bundle}")
+    say(f"sha256: {request.sha256}")
+    for line in table(report, DESIGNED):
+        say(line)
     for note in verified.notes:
-        print(f"note: {note}")
-    print(f"steward: {verified.steward}")
-    print(f"evidence: {verified.evidence}")
-    print(f"tombstone: {verified.tombstone}")
+        say(f"note: {escape(note)}")
+    say(f"steward: {verified.steward}")
+    say(f"evidence: {verified.evidence}")
+    say(f"tombstone: {verified.tombstone}")
     got = {result.case_id: result.status for result in report.cases}
-    print(f"verdict: {report.verdict} (designed: {DESIGNED_VERDICT})")
+    say(f"verdict: {report.verdict} (designed: {DESIGNED_VERDICT})")
     if got == DESIGNED and report.verdict == DESIGNED_VERDICT:
-        print("demo: every case got the status it was designed to get")
+        say("demo: every case got the status it was designed to get")
         return EXIT_OK
     differing = sorted(case for case in DESIGNED if got.get(case) != DESIGNED[case])
-    print(f"demo: not as designed: {', '.join(differing) or 'the verdict'}", file=sys.stderr)
+    say(f"demo: not as designed: {', '.join(differing) or 'the verdict'}", file=sys.stderr)
     return EXIT_NOT_OK
 
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from executor import config as configuration
 from executor.doctor import run_checks
-from executor.frontend import EXIT_NOT_OK, EXIT_OK
-from journal.strictjson import canonical
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, say, say_json
 from steward import provision
 
 
@@ -27,16 +25,16 @@ def _doctor(args: argparse.Namespace) -> int:
                 for check in checks
             ],
         }
-        sys.stdout.buffer.write(canonical(document) + b"\n")
+        say_json(document)
     else:
-        print(f"casebox doctor: configuration from {config.source}")
+        say(f"casebox doctor: configuration from {config.source}")
         for name, value in settings.items():
             if name != "source":
-                print(f"  {name} = {value}")
+                say(f"  {name} = {value}")
         for check in checks:
             optional = "" if check.required else " (not required)"
-            print(f"{check.status}  {check.name}{optional}: {check.detail}.")
-        print("casebox doctor: this host can sandbox." if ok else "casebox doctor: this host cannot sandbox; fix each required FAIL above.")
+            say(f"{check.status}  {check.name}{optional}: {check.detail}.")
+        say("casebox doctor: this host can sandbox." if ok else "casebox doctor: this host cannot sandbox; fix each required FAIL above.")
     return EXIT_OK if ok else EXIT_NOT_OK
 
 

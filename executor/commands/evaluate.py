@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from executor.frontend import EXIT_NOT_OK, EXIT_OK, EXIT_UNVERIFIED
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, EXIT_UNVERIFIED, say, say_json
 from journal.errors import Refused
 
 # The exit code of each verdict, for evaluate and for verify (which ends by evaluating).
@@ -15,7 +15,7 @@ def _seconds(wall_ms: int | None) -> str:
     return "-" if wall_ms is None else f"{wall_ms / 1000:.3f} s"
 
 
-def table(report, designed: dict[str, str] | None = None) -> str:
+def table(report, designed: dict[str, str] | None = None) -> list[str]:
     """The case, status, reason and time of every case (and, given ``designed``, the status it was designed to get)."""
     head = ("case", "status", "reason", "time") if designed is None else ("case", "designed", "status", "reason", "time")
     rows = [head]
@@ -25,7 +25,7 @@ def table(report, designed: dict[str, str] | None = None) -> str:
     widths = [max(len(row[column]) for row in rows) for column in range(len(head) - 1)]
     lines = ["  ".join([*(f"{cell:<{width}}" for cell, width in zip(row, widths)), row[-1]]).rstrip() for row in rows]
     lines += [f"problem: {problem}" for problem in report.problems]
-    return "\n".join(lines)
+    return lines
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -33,8 +33,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     from executor.evaluate import Expected, evaluate, publish_report
     from executor.preflight import check_attempt, check_sha256
     from executor.receipts import MAX_ATTEMPT_NUMBER
-    from journal.strictjson import canonical
-
     attempt_id = check_attempt(args.attempt, "--attempt")
     bundle_sha256 = check_sha256(args.bundle_sha256, "--bundle-sha256")
     if args.attempt_number is not None and not 1 <= args.attempt_number <= MAX_ATTEMPT_NUMBER:
@@ -43,10 +41,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     report = evaluate(expected, args.evidence)
     path = publish_report(args.report_dir, report)
     if args.json:
-        print(canonical(report.as_dict()).decode("utf-8"))
+        say_json(report.as_dict())
     else:
-        print(table(report))
-        print(f"verdict: {report.verdict} (report: {path})")
+        for line in table(report):
+            say(line)
+        say(f"verdict: {report.verdict} (report: {path})")
     return EXIT_BY_VERDICT[report.verdict]
 
 

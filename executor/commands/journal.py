@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-from executor.frontend import EXIT_NOT_OK, EXIT_OK
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, say, say_json
 from journal.createonly import open_directory, publish_once
 from journal.files import load_for_review
 from journal.closed import SHA256_HEX
@@ -61,16 +60,12 @@ def _summary(reading: Reading) -> dict:
     }
 
 
-def _print_json(value: dict) -> None:
-    sys.stdout.write(canonical(value).decode("utf-8") + "\n")
-
-
 def _verify(args: argparse.Namespace) -> int:
     shown, reading = _read(args)
     if args.json:
-        _print_json(_summary(reading))
+        say_json(_summary(reading))
     else:
-        print(f"{shown}: {reading.verdict}, {len(reading.records)} records, {reading.valid_bytes} bytes, "
+        say(f"{shown}: {reading.verdict}, {len(reading.records)} records, {reading.valid_bytes} bytes, "
               f"head {reading.head or '(none)'}: {reading.reason}")
     return _exit(reading)
 
@@ -90,12 +85,12 @@ def _show(args: argparse.Namespace) -> int:
              "length": len(record.payload), "digest": record.digest, "fields": record.fields}
             for record in reading.records
         ]
-        _print_json({**_summary(reading), "entries": entries})
+        say_json({**_summary(reading), "entries": entries})
         return _exit(reading)
     for record in reading.records:
         fields = " ".join(f"{key}={_shown(value)}" for key, value in record.fields.items() if key != "prev")
-        print(f"{record.offset:>7}  {record.kind.name:<20}  {fields}")
-    print(f"{shown}: {reading.verdict}, {len(reading.records)} records, {reading.valid_bytes} bytes, "
+        say(f"{record.offset:>7}  {record.kind.name:<20}  {fields}")
+    say(f"{shown}: {reading.verdict}, {len(reading.records)} records, {reading.valid_bytes} bytes, "
           f"head {reading.head or '(none)'}: {reading.reason}")
     return _exit(reading)
 
@@ -103,7 +98,8 @@ def _show(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     shown, reading = _read(args)
     if args.html is None:
-        sys.stdout.write(render_text(reading, shown))
+        for line in render_text(reading, shown).splitlines():
+            say(line)
         return _exit(reading)
     directory, name = os.path.split(os.path.abspath(args.html))
     dir_fd = open_directory(directory)
@@ -112,7 +108,7 @@ def _replay(args: argparse.Namespace) -> int:
     finally:
         os.close(dir_fd)
     conclusion = timeline(reading).conclusion() if reading.records else f"journal {reading.verdict}: {reading.reason}"
-    print(f"{args.html}: {conclusion}")
+    say(f"{args.html}: {conclusion}")
     return _exit(reading)
 
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from executor import config as configuration
-from executor.frontend import EXIT_NOT_OK, EXIT_OK, InternalFailure
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, InternalFailure, say, say_json
 from executor.sessions import settings_from
 from journal.errors import Refused
 from journal.format import ID, ID_RULE, Kind
-from journal.strictjson import canonical
 
 
 def _id(text: str) -> str:
@@ -70,14 +68,14 @@ def _list(args: argparse.Namespace) -> int:
         with root:
             rows = [describe(retirement.assess(root, stage_id)) for stage_id in recovery.stage_ids(root)]
     if args.json:
-        sys.stdout.buffer.write(canonical(rows) + b"\n")
+        say_json(rows)
         return EXIT_OK
     if not rows:
-        print(f"casebox stage list: no stage or tombstone in {config.state_root}")
+        say(f"casebox stage list: no stage or tombstone in {config.state_root}")
         return EXIT_OK
-    print(f"{'STAGE':<18} {'WHERE':<10} {'STATE':<10} {'JOURNAL':<12} {'CLEANUP':<11} {'DIAGNOSTIC':<20} ATTEMPT")
+    say(f"{'STAGE':<18} {'WHERE':<10} {'STATE':<10} {'JOURNAL':<12} {'CLEANUP':<11} {'DIAGNOSTIC':<20} ATTEMPT")
     for row in rows:
-        print(
+        say(
             f"{row['stage_id']:<18} {row['location']:<10} {row['state']:<10} {row['journal'] or '-':<12} "
             f"{row['cleanup'] or '-':<11} {row['diagnostic'] or '-':<20} {row['attempt_id'] or '-'}"
         )
@@ -92,18 +90,18 @@ def _show(args: argparse.Namespace) -> int:
     with StateRoot.open(config.state_root, create=False) as root:
         row = describe(retirement.assess(root, args.stage))
     if args.json:
-        sys.stdout.buffer.write(canonical(row) + b"\n")
+        say_json(row)
     else:
-        print(f"stage {row['stage_id']}: {row['state']} ({row['location']})")
-        print(f"  journal: {row['journal'] or 'unreadable'}, {row['records']} records, head {row['head'] or '-'}")
-        print(f"  attempt: {row['attempt_id'] or '-'}")
-        print(f"  cleanup evidence: {row['cleanup'] or 'none'}")
-        print(f"  diagnostic: {row['diagnostic'] or '-'}")
+        say(f"stage {row['stage_id']}: {row['state']} ({row['location']})")
+        say(f"  journal: {row['journal'] or 'unreadable'}, {row['records']} records, head {row['head'] or '-'}")
+        say(f"  attempt: {row['attempt_id'] or '-'}")
+        say(f"  cleanup evidence: {row['cleanup'] or 'none'}")
+        say(f"  diagnostic: {row['diagnostic'] or '-'}")
         if row["sealed_head"]:
-            print(f"  seal marker: head {row['sealed_head']}")
+            say(f"  seal marker: head {row['sealed_head']}")
         if row["in_use"]:
-            print("  in use by a running steward")
-        print(f"  {row['reason']}")
+            say("  in use by a running steward")
+        say(f"  {row['reason']}")
     return EXIT_OK if row["state"] != "PRESERVED" else EXIT_NOT_OK
 
 
@@ -118,14 +116,14 @@ def _recover(args: argparse.Namespace) -> int:
         work = recovery.Recovery(root, settings_from(config))
         reports = work.recover_all() if args.all else [work.recover(args.stage)]
     if args.json:
-        sys.stdout.buffer.write(canonical([report.as_dict() for report in reports]) + b"\n")
+        say_json([report.as_dict() for report in reports])
     else:
         for report in reports:
             mark = "ok  " if report.ok else "FAIL"
             diagnostic = f" ({report.diagnostic})" if report.diagnostic else ""
-            print(f"{mark} {report.stage_id}: {report.before} -> {report.after}{diagnostic}: {report.detail}")
+            say(f"{mark} {report.stage_id}: {report.before} -> {report.after}{diagnostic}: {report.detail}")
         if not reports:
-            print(f"casebox stage recover: no stage or tombstone in {config.state_root}")
+            say(f"casebox stage recover: no stage or tombstone in {config.state_root}")
     return EXIT_OK if all(report.ok for report in reports) else EXIT_NOT_OK
 
 

@@ -15,23 +15,29 @@ def progress_printer() -> Callable[[str], None]:
     if not sys.stderr.isatty():
         return lambda line: None
 
-    def say(line: str) -> None:
-        print(f"casebox: {line}", file=sys.stderr, flush=True)
+    from executor.frontend import say
 
-    return say
+    def progress(line: str) -> None:
+        say(f"casebox: {line}", file=sys.stderr)
+        sys.stderr.flush()
+
+    return progress
 
 
 def show(verified) -> int:
     """The verdict table, the notes, the evidence and tombstone paths; the exit code of the verdict."""
     from executor.commands.evaluate import EXIT_BY_VERDICT, table
+    from executor.frontend import say
+    from journal.untrusted import escape
 
-    print(table(verified.report))
+    for line in table(verified.report):
+        say(line)
     for note in verified.notes:
-        print(f"note: {note}")
-    print(f"steward: {verified.steward}")
-    print(f"evidence: {verified.evidence}")
-    print(f"tombstone: {verified.tombstone}")
-    print(f"verdict: {verified.report.verdict}")
+        say(f"note: {escape(note)}")
+    say(f"steward: {verified.steward}")
+    say(f"evidence: {verified.evidence}")
+    say(f"tombstone: {verified.tombstone}")
+    say(f"verdict: {verified.report.verdict}")
     return EXIT_BY_VERDICT[verified.report.verdict]
 
 
