@@ -30,12 +30,12 @@ EXPECTED = DESIGNED_STATUS
 
 
 def mounts(own: pathlib.Path) -> set[str]:
-    """The host mount table (root and mount point of each line), leaving out the outputs that other root
-    suites running side by side mount under their own pytest directories."""
-    others = os.path.join(tempfile.gettempdir(), "pytest-of-")
+    """The host mounts at or below this test's own directory (root and mount point of each line): where a
+    session of this test mounts its outputs. Mounts elsewhere belong to other suites on this machine."""
     with open("/proc/self/mountinfo") as info:
         points = {tuple(line.split()[3:5]) for line in info}
-    return {f"{root} {point}" for root, point in points if not point.startswith(others) or point.startswith(str(own))}
+    inside = str(own).rstrip("/") + "/"
+    return {f"{root} {point}" for root, point in points if point == str(own) or point.startswith(inside)}
 
 
 def staging_dirs() -> set[str]:
