@@ -44,8 +44,10 @@ from executor.receipts import (
     OP_REAPER,
     OP_ROLE,
     RECEIPT_MAX_BYTES,
+    DEPENDENCY_STEPS,
     STEP_DEPENDENCIES,
     STEP_INSTALL,
+    STEP_RUNNER,
     STEP_SANDBOX,
     Receipt,
     name_parts,
@@ -60,7 +62,7 @@ from journal.seal import NAME as SEAL_NAME
 from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
 from journal.strictjson import canonical
 
-REPORT_SCHEMA = "casebox.report.v1"
+REPORT_SCHEMA = "casebox.report.v2"
 # An evidence directory holds a journal, a seal marker and at most one receipt per case.
 MAX_EVIDENCE_ENTRIES = 256
 
@@ -96,7 +98,14 @@ REASONS = {
     "descendants_mismatch": "the receipt's descendant count is not its op's DESCENDANTS_TERMINAL",
     "not_started": "the op never reached exec",
     "dependencies_unresolved": "the case never ran: the candidate's dependencies could not be resolved",
+    "conflict": "the case never ran: the requirements admit no common set of versions, even with backtracking",
+    "candidate_conflict": "the case never ran: a requirement on a candidate project excludes the candidate's version",
+    "no_match": "the case never ran: no wheel of the index satisfies a requirement for this runtime",
+    "direct_url": "the case never ran: a requirement names a direct URL; only the index is ever fetched",
+    "candidate_shadows_runner": "the case never ran: the candidate ships a project or module of the runner (E7)",
+    "candidate_shadows_stdlib": "the case never ran: the candidate ships a module named like the standard library's (E7)",
     "install_failed": "the case never ran: installing the candidate and its dependencies failed",
+    "runner_failed": "the case never ran: the runner could not be installed, or a plugin the plan names is not in it",
     "sandbox_failed": "the case never ran: its sandbox failed to start or failed under the op",
     "timeout": "the op reached its timeout",
     "memory": "the op hit the memory limit",
@@ -121,7 +130,9 @@ PROBLEMS = {
 _NEVER_STARTED_REASONS = {
     STEP_DEPENDENCIES: "dependencies_unresolved",
     STEP_INSTALL: "install_failed",
+    STEP_RUNNER: "runner_failed",
     STEP_SANDBOX: "sandbox_failed",
+    **{step: step for step in DEPENDENCY_STEPS},
 }
 _LIMIT_REASONS = {"TIMEOUT": "timeout", "MEMORY": "memory", "PIDS": "pids", "OUTPUT": "output", "DISK": "disk", "SIGNALLED": "signalled"}
 
@@ -305,22 +316,26 @@ def _receipt_reason(found: _Found, case: Case, expected: Expected) -> tuple[Rece
         or binding.bundle_sha256 != expected.bundle_sha256
         or binding.stage_id != found.stage.marker.stage_id
         or (receipt.pytest is None) != (case.op != "pytest")
+        or (case.op == "pytest" and receipt.process is not None and binding.runner_inventory_digest is None)
     ):
         return None, "binding_mismatch"
     reason = _journal_reason(receipt, found.stage)
     return (None, reason) if reason else (receipt, None)
 
 
+def _inventories(receipt: Receipt) -> tuple[str, str, str]:
+    binding = receipt.binding
+    return binding.candidate_digest, binding.dependency_inventory_digest, binding.runtime_inventory_digest
+
+
 def _cross_check(accepted: dict[str, tuple[Receipt, _Stage]], reasons: dict[str, str]) -> None:
     """Step 4: every accepted receipt agrees on the inventories and the attempt number; no op is claimed twice."""
-    inventories = {
-        case_id: (r.binding.candidate_digest, r.binding.dependency_inventory_digest, r.binding.runtime_inventory_digest)
-        for case_id, (r, _) in accepted.items()
-    }
+    inventories = {case_id: _inventories(r) for case_id, (r, _) in accepted.items()}
+    runners = {r.binding.runner_inventory_digest for r, _ in accepted.values()} - {None}
     numbers = {case_id: r.binding.attempt_number for case_id, (r, _) in accepted.items()}
     ops = Counter((r.binding.stage_id, r.process.op_id) for r, _ in accepted.values() if r.process is not None)
     for case_id, (receipt, _) in list(accepted.items()):
-        if len(set(inventories.values())) > 1:
+        if len(set(inventories.values())) > 1 or len(runners) > 1:
             reasons[case_id] = "binding_mismatch"
         elif len(set(numbers.values())) > 1:
             reasons[case_id] = "stale"
@@ -390,6 +405,7 @@ class Report:
     stages: tuple[dict, ...]
     problems: tuple[str, ...]
     inventories: tuple[str | None, str | None, str | None]
+    runner_inventory: str | None
     attempt_number: int | None
 
     @property
@@ -414,6 +430,7 @@ class Report:
             "candidate_digest": candidate,
             "dependency_inventory_digest": dependency,
             "runtime_inventory_digest": runtime,
+            "runner_inventory_digest": self.runner_inventory,
             "stages": list(self.stages),
             "cases": [result.as_dict() for result in self.cases],
             "problems": list(self.problems),
@@ -496,9 +513,8 @@ def evaluate(expected: Expected, evidence_paths: Sequence[str]) -> Report:
     if all(result.status == NOT_APPLICABLE for result in results):
         problems.add("nothing_applicable")
     receipts = [receipt for receipt, _ in accepted.values()]
-    inventories = {
-        (r.binding.candidate_digest, r.binding.dependency_inventory_digest, r.binding.runtime_inventory_digest) for r in receipts
-    }
+    inventories = {_inventories(r) for r in receipts}
+    runners = {r.binding.runner_inventory_digest for r in receipts} - {None}
     numbers = {r.binding.attempt_number for r in receipts}
     return Report(
         expected=expected,
@@ -506,6 +522,7 @@ def evaluate(expected: Expected, evidence_paths: Sequence[str]) -> Report:
         stages=tuple(sorted((stage.summary() for stage in evidence.stages), key=canonical)),
         problems=tuple(sorted(problems)),
         inventories=inventories.pop() if len(inventories) == 1 else (None, None, None),
+        runner_inventory=runners.pop() if len(runners) == 1 else None,
         attempt_number=numbers.pop() if len(numbers) == 1 else expected.attempt_number,
     )
 

@@ -5,8 +5,9 @@ the dedicated UID (DESIGN T4, step 4), with exactly the files of
 :data:`MODULES` copied into a read-only capability mounted at ``/cap/tools``::
 
     RUNTIME -I -S -B -c BOOT extract /cap/bundle/candidate.tar /out/candidate
-    RUNTIME -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate /cap/index
-    RUNTIME -I -S -B -c BOOT pip /cap/request/pip-X.whl install|download ARGS...
+    RUNTIME -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate /cap/index|URL|-
+    RUNTIME -I -S -B -c BOOT fetch /cap/pins/pins.json /out/deps /cap/index|URL /cap/request/pip-X.whl
+    RUNTIME -I -S -B -c BOOT pip /cap/request/pip-X.whl install ARGS...
 
 Paths are opened here, inside the sandbox; the extractor then works on the
 descriptors alone.
@@ -24,7 +25,7 @@ from executor.resolver import SANDBOX_MODULES as RESOLVER_MODULES
 
 TOOLS = "/cap/tools"
 # Every casebox file the tools import: what the tools capability holds, and nothing else.
-MODULES = tuple(sorted(set(EXTRACTOR_MODULES) | set(RESOLVER_MODULES) | {"executor/inside.py"}))
+MODULES = tuple(sorted(set(EXTRACTOR_MODULES) | set(RESOLVER_MODULES) | {"executor/inside.py", "executor/simpleindex.py"}))
 BOOT = f"import sys; sys.path[:0] = [{TOOLS!r}]; from executor.inside import main; sys.exit(main(sys.argv[1:]))"
 
 
@@ -36,15 +37,16 @@ def _extract(archive: str, target: str) -> int:
     return extract.main([str(archive_fd), str(target_fd)])
 
 
-def _pip(wheel: str, arguments: Sequence[str]) -> int:
-    """pip's own command line, run from its package unpacked out of the installer ``wheel`` into a private /tmp directory.
+def load_pip(wheel: str) -> None:
+    """pip's package, unpacked out of the installer ``wheel`` into a private /tmp directory, first on the path.
 
     Run from the wheel as a zip, pip is compiled from source two or three
     times over (zipimport compiles a module to answer ``get_filename`` and
-    again to load it): about 0.3 s of every fetch and install op. Unpacked
+    again to load it): about 0.3 s of every resolve and install op. Unpacked
     on the sandbox's tmpfs (~30 ms), each module it imports is compiled once.
-    Only ``pip/`` is unpacked, and this directory and the standard library
-    are all it imports from.
+    Only ``pip/`` is unpacked; the tools directory leaves the path, so pip
+    imports from that copy and the standard library alone (a tool imports
+    what it needs of casebox before it loads pip).
     """
     import tempfile
     import zipfile
@@ -53,9 +55,61 @@ def _pip(wheel: str, arguments: Sequence[str]) -> int:
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(home, [name for name in archive.namelist() if name.startswith("pip/")])
     sys.path[:] = [home, *(entry for entry in sys.path if entry != TOOLS)]
-    from pip._internal.cli.main import main as pip_main  # the wheel's own `pip` console script
+
+
+def _pip(wheel: str, arguments: Sequence[str]) -> int:
+    """pip's own command line (the wheel's own `pip` console script), from its unpacked package."""
+    load_pip(wheel)
+    from pip._internal.cli.main import main as pip_main
 
     return pip_main(list(arguments))
+
+
+def _fetch(acks: str, target: str, index: str, installer: str) -> int:
+    """Exactly the ACKed pins into ``target``: copied from a find-links index, or downloaded from a network index;
+    each file created once and refused unless its bytes have the ACKed sha256."""
+    from executor import simpleindex
+    from executor.resolverproto import LOCAL_INDEX, acks_from_bytes
+
+    with open(acks, "rb") as file:
+        pins = acks_from_bytes(file.read())
+    target_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    client = None
+    done: set[str] = set()
+    try:
+        for pin in pins:
+            if pin.file in done:
+                continue
+            if index == LOCAL_INDEX:
+                source = os.open(os.path.join(LOCAL_INDEX, pin.file), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    simpleindex.write_checked(lambda: os.read(source, 1 << 20), pin.sha256, target_fd, pin.file, pin.file)
+                finally:
+                    os.close(source)
+            else:
+                if client is None:
+                    client = simpleindex.IndexClient(cadata=_certificates(installer))
+                client.download(pin.url, pin.sha256, target_fd, pin.file)
+            done.add(pin.file)
+    except simpleindex.IndexFailure as failure:
+        print(f"casebox fetch: {failure.reason}: {failure.detail}", file=sys.stderr)
+        return 1
+    finally:
+        os.close(target_fd)
+    return 0
+
+
+def _certificates(installer: str) -> str | None:
+    """The CA bundle pip vendors (certifi), read from the installer wheel: what https is verified against."""
+    import zipfile
+
+    from executor.simpleindex import CERTIFI
+
+    try:
+        with zipfile.ZipFile(installer) as archive:
+            return archive.read(CERTIFI).decode("ascii")
+    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError):
+        return None
 
 
 def main(argv: Sequence[str]) -> int:
@@ -63,6 +117,8 @@ def main(argv: Sequence[str]) -> int:
         return _extract(argv[1], argv[2])
     if argv[:1] == ["pip"] and len(argv) >= 3:
         return _pip(argv[1], argv[2:])
+    if argv[:1] == ["fetch"] and len(argv) == 5:
+        return _fetch(*argv[1:])
     if argv[:1] == ["resolve"] and len(argv) == 4:
         from executor import resolver
 

@@ -5,13 +5,14 @@ reads it after the op. The candidate runs in that sandbox and can write any
 bytes there, so the report is hostile input and its counts may only ever
 downgrade a status (the evaluator's rule). Reading it:
 
-- at most :data:`REPORT_MAX_BYTES`, from a regular file opened without
-  following a symlink;
+- at most its byte cap (:data:`REPORT_MAX_BYTES` unless the plan sets
+  another, docs/plan.md), from a regular file opened without following a
+  symlink;
 - UTF-8 only, and no ``<!DOCTYPE`` or ``<!ENTITY`` anywhere, so no entity is
   ever declared or expanded;
 - one streaming pass of the stdlib's expat with handlers for elements alone:
   no tree is built, nesting is bounded by :data:`MAX_DEPTH` and the number of
-  test cases by :data:`MAX_TESTCASES`.
+  test cases by its cap (:data:`MAX_TESTCASES` unless the plan sets another).
 
 Counts come from the ``<testcase>`` elements themselves, never from a
 suite's summary attributes.
@@ -20,15 +21,15 @@ suite's summary attributes.
 from __future__ import annotations
 
 import dataclasses
-from xml.parsers import expat
 
+from executor.plan import DEFAULT_JUNIT
 from journal.errors import Refused
 from journal.files import read_evidence
 
 REPORT_NAME = "junit.xml"
-REPORT_MAX_BYTES = 1 << 20
+# The caps of a plan that sets none (docs/plan.md, "junit").
+REPORT_MAX_BYTES, MAX_TESTCASES = DEFAULT_JUNIT
 MAX_DEPTH = 8
-MAX_TESTCASES = 10_000
 # pytest's junitxml plugin reports a module that failed to collect as a
 # testcase holding <error message="collection failure">.
 COLLECTION_FAILURE = "collection failure"
@@ -77,7 +78,8 @@ class PytestEvidence:
 
 
 class _Tally:
-    def __init__(self) -> None:
+    def __init__(self, max_testcases: int) -> None:
+        self.max_testcases = max_testcases
         self.stack: list[str] = []
         self.tests = self.skipped = self.failures = self.errors = self.collection_errors = 0
         self.current: set[str] | None = None
@@ -96,8 +98,8 @@ class _Tally:
             if parent != "testsuite":
                 raise Refused("the junit report", "has a <testcase> outside a <testsuite>")
             self.tests += 1
-            if self.tests > MAX_TESTCASES:
-                raise Refused("the junit report", f"lists more than {MAX_TESTCASES} test cases")
+            if self.tests > self.max_testcases:
+                raise Refused("the junit report", f"lists more than {self.max_testcases} test cases")
             self.current = set()
         elif name in _OUTCOMES and parent == "testcase":
             self.current.add(name)
@@ -118,10 +120,12 @@ def _refuse_declaration(*_: object) -> None:
     raise Refused("the junit report", "declares a DOCTYPE or an entity")
 
 
-def counts_from_report(data: bytes) -> JunitCounts:
+def counts_from_report(data: bytes, *, max_bytes: int = REPORT_MAX_BYTES, max_testcases: int = MAX_TESTCASES) -> JunitCounts:
     """The counts in a junit report's bytes, or Refused for a report this reader does not accept."""
-    if len(data) > REPORT_MAX_BYTES:
-        raise Refused("the junit report", f"is larger than its {REPORT_MAX_BYTES}-byte cap")
+    from xml.parsers import expat  # here, so that importing the caps (executor/plan.py) costs nothing
+
+    if len(data) > max_bytes:
+        raise Refused("the junit report", f"is larger than its {max_bytes}-byte cap")
     lowered = data.lower()
     if any(marker in lowered for marker in _FORBIDDEN):
         raise Refused("the junit report", "holds a DOCTYPE or ENTITY declaration")
@@ -129,7 +133,7 @@ def counts_from_report(data: bytes) -> JunitCounts:
         data.decode("utf-8")
     except UnicodeDecodeError:
         raise Refused("the junit report", "is not valid UTF-8") from None
-    tally = _Tally()
+    tally = _Tally(max_testcases)
     parser = expat.ParserCreate(encoding="UTF-8")
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
     parser.StartDoctypeDeclHandler = _refuse_declaration
@@ -144,24 +148,26 @@ def counts_from_report(data: bytes) -> JunitCounts:
     return JunitCounts(tally.tests, tally.skipped, tally.failures, tally.errors, tally.collection_errors)
 
 
-def evidence_from_bytes(data: bytes | None) -> PytestEvidence:
+def evidence_from_bytes(data: bytes | None, *, max_bytes: int = REPORT_MAX_BYTES, max_testcases: int = MAX_TESTCASES) -> PytestEvidence:
     """The evidence for a pytest op whose report held ``data`` (None: there was no report)."""
     if data is None:
         return PytestEvidence(MISSING, None)
     try:
-        return PytestEvidence(READ, counts_from_report(data))
+        return PytestEvidence(READ, counts_from_report(data, max_bytes=max_bytes, max_testcases=max_testcases))
     except Refused:
         return PytestEvidence(REFUSED, None)
 
 
-def evidence_from_directory(dir_fd: int, name: str = REPORT_NAME) -> PytestEvidence:
+def evidence_from_directory(
+    dir_fd: int, name: str = REPORT_NAME, *, max_bytes: int = REPORT_MAX_BYTES, max_testcases: int = MAX_TESTCASES,
+) -> PytestEvidence:
     """Read the report ``name`` in the work directory ``dir_fd`` as hostile data, and judge it.
 
     A symlink, anything but a regular file, or a file over the cap is refused
     without reading past the cap.
     """
     try:
-        data = read_evidence(dir_fd, name, REPORT_MAX_BYTES)
+        data = read_evidence(dir_fd, name, max_bytes)
     except Refused:
         return PytestEvidence(REFUSED, None)
-    return evidence_from_bytes(data)
+    return evidence_from_bytes(data, max_bytes=max_bytes, max_testcases=max_testcases)

@@ -1,36 +1,40 @@
-"""The dependency preparer: resolution and fetch, the only starter of resolvers (DESIGN step 4, C9; docs/pipeline.md).
+"""The dependency preparer: resolution and fetch, the only starter of resolvers (DESIGN step 4, C9, E7; docs/pipeline.md).
 
 It runs on the trusted side and never parses candidate bytes. From the
 sealed extraction and the closed plan it makes the resolver's request
-capability (``request.json``: the plan digest, the plan's own requirements
-and the installer wheel; plus that wheel), then:
+capability (``request.json``: the plan digest, the runner's requirements and
+the installer wheel; plus that wheel), then:
 
 1. **resolve**: a sandbox with the tools, the sealed candidate, the request
    and the index, read-only; one op, the resolver (executor/resolver.py),
-   whose standard output is the leaves of ``casebox.resolver.v1``. Each leaf
-   is validated and each PIN ACKed by :class:`~executor.resolverproto.Acceptor`,
-   hashing the named index file itself;
-2. **fetch**: the ACKed pins become a new capability (``pins.json``,
-   ``requirements.txt`` with each pin's hash), and a second sandbox runs
-   ``pip download --no-deps --only-binary=:all: --no-index --find-links
-   /cap/index --require-hashes`` into the writable output ``deps``;
-
-With a network index (an http(s) URL) these two sandboxes, and only these,
-have the host's network (``network="host"``; every other sandbox of the
-session has loopback only, S9): the resolver reads the index's pages and
-wheels itself, its PINs are ACKed as claims (the trusted side has no
-network to hash them with), and the fetch is ``pip download --no-deps
---only-binary=:all: --index-url URL --require-hashes``, so every byte comes
-from the index and must have the ACKed hash. Their environment is the
-sandbox allowlist and pip's fixed settings, never the caller's: no token,
-proxy, ``PIP_*`` or home directory of the host reaches them.
-3. **seal**: ``deps`` is sealed, its inventory digest is the dependency
+   which runs pip's own resolver twice, for the runner (its requirements
+   alone, against the index: never the bundle) and for the candidate (its
+   wheels against the index), and answers with the leaves of
+   ``casebox.resolver.v2``. Each leaf is validated and each PIN ACKed by
+   :class:`~executor.resolverproto.Acceptor`, hashing the named index file
+   itself;
+2. **shadowing** (E7, executor/shadowing.py): a candidate project that is a
+   distribution of the runner's closure, or a candidate module named like a
+   standard-library module, stops here;
+3. **fetch**: the ACKed pins become a new capability (``pins.json``), and a
+   second sandbox copies exactly those files from the find-links index, or
+   downloads them from the URLs pip named, into the writable output
+   ``deps``, each refused unless it has the ACKed hash;
+4. **seal**: ``deps`` is sealed, its inventory digest is the dependency
    inventory digest, and the sealed files must be exactly the ACKed wheels
    with the ACKed hashes.
 
+With a network index (an http(s) URL) the two sandboxes, and only these,
+have the host's network (``network="host"``; every other sandbox of the
+session has loopback only, S9), and the PINs are ACKed as claims (the
+trusted side has no network to hash them with) that the fetch and the seal
+check. Their environment is the sandbox allowlist and pip's fixed settings,
+never the caller's: no token, proxy, ``PIP_*`` or home directory of the host
+reaches them.
+
 Any refusal, failure or abort is an :class:`Unresolved` with a fixed code
 and a sentence; the case service then gives every case a receipt that never
-started, and the evaluator makes each UNVERIFIED (``dependencies_unresolved``).
+started, whose step names the code (docs/receipts.md).
 """
 
 from __future__ import annotations
@@ -44,8 +48,9 @@ from typing import Callable, Sequence
 from executor.environ import SANDBOX_ENV
 from executor.inside import BOOT
 from executor.ownership import PREPARER, Gate, failure_of
-from executor.resolverproto import MAX_PINS, Abort, Acceptor, Failed, Pin, accept, acks_bytes, request_bytes, requirements_bytes
+from executor.resolverproto import MAX_PINS, RUNNER, Abort, Acceptor, Failed, Pin, accept, acks_bytes, request_bytes
 from executor.runtime import Runtime
+from executor.shadowing import shadowed
 from executor.staging import Staging
 from journal.errors import Refused
 from launcher.protocol import MAX_OUTPUT_CAP
@@ -58,20 +63,26 @@ RESOLVE_TIMEOUT_MS = 120_000
 FETCH_TIMEOUT_MS = 300_000
 DEPS_MAX_BYTES = 512 * MIB
 PIP_ENV = {"PIP_CONFIG_FILE": "/dev/null", "PIP_NO_INPUT": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-PIP_QUIET = ("--no-cache-dir", "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "--quiet")
+PIP_QUIET = ("--isolated", "--no-cache-dir", "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "--quiet")
 _CHUNK = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
 class Dependencies:
-    """A sealed offline bundle: exactly the ACKed pins, with the inventory digest of their sealed output."""
+    """A sealed offline bundle: exactly the ACKed pins, with the inventory digest of their sealed output, and
+    the top-level modules the resolver listed for each candidate project."""
 
     sealed: Sealed
     pins: tuple[Pin, ...]
+    modules: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def files(self, tree: str) -> tuple[str, ...]:
+        """The sealed wheels of one tree (``runner`` or ``candidate``)."""
+        return tuple(sorted({pin.file for pin in self.pins if pin.tree == tree}))
 
     @property
-    def files(self) -> tuple[str, ...]:
-        return tuple(sorted(pin.file for pin in self.pins))
+    def runner_projects(self) -> tuple[str, ...]:
+        return tuple(sorted(pin.name for pin in self.pins if pin.tree == RUNNER))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,18 +163,25 @@ class Preparer:
             return self.index_url
         return "/cap/index" if self.index_fd is not None else "-"
 
-    def prepare(self, *, plan_digest: str, requirements: Sequence[str], candidate: dict[str, str]) -> Dependencies | Unresolved:
-        """Resolve, fetch and seal the dependencies of the sealed ``candidate`` (project -> version)."""
+    def prepare(self, *, plan_digest: str, runner: Sequence[str], candidate: dict[str, str]) -> Dependencies | Unresolved:
+        """Resolve, fetch and seal the runner's and the sealed ``candidate``'s (project -> version) wheels."""
         self.staging.directory(
             REQUEST,
             {
-                "request.json": request_bytes(plan_digest, requirements, self.runtime.installer.as_dict()),
+                "request.json": request_bytes(plan_digest, runner, self.runtime.installer.as_dict()),
                 self.runtime.installer.file: self.runtime.installer.data,
             },
         ).hand_to(self.session)
         self.session.create_output(DEPS, max_bytes=DEPS_MAX_BYTES, max_inodes=MAX_PINS + 16)
         try:
-            pins = self._resolve(candidate)
+            pins, modules = self._resolve(candidate)
+            refusal = shadowed(
+                candidate_projects=candidate, candidate_modules=modules,
+                runner_projects={pin.name for pin in pins if pin.tree == RUNNER},
+                stdlib_modules=self.runtime.stdlib_modules,
+            )
+            if refusal is not None:
+                raise _Stop(*refusal)
             if pins:
                 self._fetch(pins)
         except _Stop as stop:
@@ -172,10 +190,10 @@ class Preparer:
         problem = self._check_sealed(pins)
         if problem is not None:
             return Unresolved("fetched_mismatch", problem, sealed)
-        return Dependencies(sealed, pins)
+        return Dependencies(sealed, pins, modules)
 
-    def _resolve(self, candidate: dict[str, str]) -> tuple[Pin, ...]:
-        self.progress("resolving the dependencies in a sandbox")
+    def _resolve(self, candidate: dict[str, str]) -> tuple[tuple[Pin, ...], dict[str, tuple[str, ...]]]:
+        self.progress("resolving the runner and the candidate with pip's resolver in a sandbox")
         read = ["tools", "candidate", REQUEST] + (["index"] if self.index_fd is not None else [])
         argv = [
             self.runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "resolve", f"/cap/{REQUEST}", "/cap/candidate/candidate",
@@ -196,26 +214,22 @@ class Preparer:
         except Abort as abort:
             raise _Stop(abort.code, f"the resolver's answer was refused ({abort.detail})") from None
         if isinstance(answer, Failed):
-            raise _Stop(answer.reason, f"the resolver found no resolution ({answer.reason}: {answer.requirement})")
-        return answer
+            raise _Stop(answer.reason, f"pip's resolver found no resolution ({answer.reason}: {answer.requirement})")
+        return answer, acceptor.modules
 
     def _fetch(self, pins: tuple[Pin, ...]) -> None:
-        self.progress(f"fetching {len(pins)} dependency wheels with pip in a sandbox")
-        self.staging.directory(PINS, {"pins.json": acks_bytes(pins), "requirements.txt": requirements_bytes(pins)}).hand_to(
-            self.session
-        )
-        if self.index_url is not None:
-            source, read = ("--index-url", self.index_url), ["tools", REQUEST, PINS]
-        else:
-            source, read = ("--no-index", "--find-links", "/cap/index"), ["tools", "index", REQUEST, PINS]
-        argv = pip_argv(
-            self.runtime, "download", "--no-deps", "--only-binary=:all:", *source,
-            "--require-hashes", "--requirement", f"/cap/{PINS}/requirements.txt", "--dest", f"/out/{DEPS}",
-        )
+        files = {pin.file for pin in pins}
+        self.progress(f"fetching {len(files)} wheels in a sandbox")
+        self.staging.directory(PINS, {"pins.json": acks_bytes(pins)}).hand_to(self.session)
+        read = ["tools", REQUEST, PINS] + (["index"] if self.index_fd is not None else [])
+        argv = [
+            self.runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "fetch", f"/cap/{PINS}/pins.json", f"/out/{DEPS}",
+            self._index_argument(), f"/cap/{REQUEST}/{self.runtime.installer.file}",
+        ]
         result = self._sandboxed(argv, read=read, write=[DEPS], timeout_ms=FETCH_TIMEOUT_MS)
         problem = failure_of(result)
         if problem is not None:
-            raise _Stop("fetch_failed", f"pip download failed: {problem}")
+            raise _Stop("fetch_failed", f"the fetch failed: {problem}")
 
     def _seal_anyway(self) -> Sealed | None:
         try:
@@ -227,7 +241,7 @@ class Preparer:
         fd = self.session.open_output(DEPS)
         try:
             found = sorted(os.listdir(fd))
-            expected = sorted(pin.file for pin in pins)
+            expected = sorted({pin.file for pin in pins})
             if found != expected:
                 return f"the sealed dependencies hold {found}, not the ACKed {expected}"
             for pin in pins:

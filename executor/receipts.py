@@ -16,21 +16,28 @@ import hashlib
 
 from executor.junit import READ, REPORT_STATES, JunitCounts, PytestEvidence
 from executor.plan import CASE_ID
-from journal.closed import ClosedObject
+from journal.closed import ClosedObject, check_digest
 from journal.format import ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
 
-SCHEMA = "casebox.receipt.v1"
+SCHEMA = "casebox.receipt.v2"
 SUFFIX = ".receipt.json"
 RECEIPT_MAX_BYTES = 16_384
 MAX_ATTEMPT_NUMBER = 1_000_000
 MAX_TEST_COUNT = 1_000_000
 NOT_STARTED = "NOT_STARTED"
 # The not_started.step of a case that never had a process (docs/receipts.md): the
-# dependencies could not be resolved, the install failed, or its sandbox failed.
+# dependencies could not be resolved, the install failed, the runner could not be
+# prepared (a pytest case), or its sandbox failed. A dependency failure with a
+# reason of its own is recorded under that reason's code (DEPENDENCY_STEPS).
 STEP_DEPENDENCIES = "dependencies"
 STEP_INSTALL = "install"
+STEP_RUNNER = "runner"
 STEP_SANDBOX = "sandbox"
+DEPENDENCY_STEPS = (
+    "conflict", "candidate_conflict", "no_match", "direct_url", "candidate_shadows_runner", "candidate_shadows_stdlib",
+)
+STEPS = (STEP_DEPENDENCIES, STEP_INSTALL, STEP_RUNNER, STEP_SANDBOX, *DEPENDENCY_STEPS)
 # The limit classes of docs/launcher.md (S10), then the class of an op that never reached exec. Written out
 # here because the evaluator runs from executor/ and journal/ alone, without launcher/; a test checks that
 # this is exactly launcher.limits.CLASSES plus NOT_STARTED.
@@ -54,7 +61,14 @@ class Binding:
     bundle_sha256: str
     dependency_inventory_digest: str
     runtime_inventory_digest: str
+    # The sealed runner tree the case's search path held (E7); None for an attempt with no pytest case.
+    runner_inventory_digest: str | None
     stage_id: str
+
+
+def dependency_step(code: str) -> str:
+    """The not_started.step of the cases of an attempt whose dependencies failed with ``code``."""
+    return code if code in DEPENDENCY_STEPS else STEP_DEPENDENCIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +238,11 @@ def _nullable_int(fields: ClosedObject, key: str, high: int) -> int | None:
     return value
 
 
+def _nullable_digest(fields: ClosedObject, key: str) -> str | None:
+    value = fields.pop_nullable(key)
+    return None if value is None else check_digest(value, child_path(fields.path, key))
+
+
 def _binding(fields: ClosedObject) -> Binding:
     return Binding(
         attempt_id=pop_id(fields, "attempt_id"),
@@ -233,6 +252,7 @@ def _binding(fields: ClosedObject) -> Binding:
         bundle_sha256=fields.pop_sha256("bundle_sha256"),
         dependency_inventory_digest=fields.pop_digest("dependency_inventory_digest"),
         runtime_inventory_digest=fields.pop_digest("runtime_inventory_digest"),
+        runner_inventory_digest=_nullable_digest(fields, "runner_inventory_digest"),
         stage_id=pop_id(fields, "stage_id"),
     )
 

@@ -1,4 +1,4 @@
-"""The resolver: the candidate's dependency wheels from an index, for the runtime (docs/pipeline.md).
+"""The resolver: pip's own resolver, run in its sandbox, answering in ``casebox.resolver.v2`` (docs/pipeline.md).
 
 It runs only in its own sandbox, as the dedicated UID, started by the
 dependency preparer::
@@ -7,50 +7,55 @@ dependency preparer::
 
 ``INDEX`` is ``/cap/index`` (a find-links directory, read-only; the sandbox
 has loopback only), ``-`` (no index), or an http(s) URL of a simple
-repository (PEP 503/691; only then does the sandbox have the host's network,
-and the index is read with executor/simpleindex.py).
+repository (PEP 503/691).
 
-It reads wheels as data: each wheel's ``*.dist-info/METADATA`` (``Name``,
-``Version``, ``Requires-Python``, ``Requires-Dist``), with every marker
-evaluated for the runtime it runs on, which is the runtime the cases run
-on. It never imports candidate code. Requirement, marker, specifier, version
-and tag logic is ``packaging``, taken from the installer wheel (pip's
-vendored copy, imported from the zip in the request capability).
+pip is the installer wheel of the request, unpacked on the sandbox's /tmp
+(executor/inside.py). It resolves twice in one process, each time with
+``install --dry-run --ignore-installed --report`` and wheels only
+(``--only-binary=:all:``), so nothing is built and no candidate code runs:
 
-Resolution is breadth first from the candidate's requirements and the
-plan's (``pytest`` when the shard has a pytest case), in sorted order: a
-project is pinned to the highest version of the index that is compatible
-with the runtime's tags and ``Requires-Python`` (the page's, when a network
-index states one, and the wheel's own), is not yanked, and satisfies the
-requirements seen when it is first needed. There is no backtracking: a later
-requirement that excludes a pin is a ``conflict``. The answer is the leaves of
-``casebox.resolver.v1`` (executor/resolverproto.py) on standard output; each
-PIN carries the SHA-256 of the bytes the resolver read.
+1. **the runner**: the plan's runner requirements alone, against the index.
+   The bundle is never offered, so no candidate project can stand in for a
+   runner distribution (E7);
+2. **the candidate**: the candidate's wheels, given as files, against the
+   same index, so each of its projects is the bundle's own and its
+   dependencies come from the index. A candidate whose wheels require
+   nothing needs no resolution, and pip is not run for it.
+
+Before either, each candidate wheel's ``*.dist-info/METADATA`` is read as data
+(the name and version must be the file name's) and every ``Requires-Dist``
+parsed with pip's vendored ``packaging``: one that names a direct URL is
+refused (``direct_url``) before any resolver runs. The top-level modules
+each wheel installs are listed from its member names, for the preparer's
+shadowing rules. pip's report gives every pin's file, URL and SHA-256; a
+conflict is answered with the requirements pip names as its cause.
 """
 
 from __future__ import annotations
 
-import collections
-import dataclasses
+import contextlib
 import email.parser
 import email.policy
-import hashlib
+import io
+import json
 import os
 import platform
+import re
 import stat
 import sys
+import urllib.parse
 import zipfile
 from email.message import Message
 from typing import Iterator, Sequence
 
 from executor.manifest import canonical_project, wheel_project
-from executor.resolverproto import PROTOCOL, leaf, request_from_bytes
-from journal.errors import Refused
+from executor.resolverproto import CANDIDATE, MAX_REQUIREMENT_BYTES, PROTOCOL, RUNNER, leaf, request_from_bytes
+from executor.shadowing import modules
 
 SANDBOX_MODULES = (
     "executor/resolver.py",
     "executor/resolverproto.py",
-    "executor/simpleindex.py",
+    "executor/shadowing.py",
     "executor/manifest.py",
     "executor/ustar.py",
     "journal/__init__.py",
@@ -61,35 +66,17 @@ SANDBOX_MODULES = (
 )
 REQUEST = "request.json"
 METADATA_MAX_BYTES = 1 << 20
-PLAN = "plan"
-
-
-class MetadataError(Exception):
-    """A wheel whose METADATA cannot be used."""
-
-
-def metadata(path: str) -> Message:
-    """The headers of the one top-level ``*.dist-info/METADATA`` of the wheel at ``path``, read as data."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = [name for name in archive.namelist() if name.count("/") == 1 and name.endswith(".dist-info/METADATA")]
-            if len(names) != 1:
-                raise MetadataError(f"{os.path.basename(path)} holds {len(names)} top-level METADATA files, not one")
-            with archive.open(names[0]) as member:
-                data = member.read(METADATA_MAX_BYTES + 1)
-    except (OSError, zipfile.BadZipFile, RuntimeError, EOFError, NotImplementedError, ValueError, KeyError) as error:
-        raise MetadataError(f"{os.path.basename(path)} cannot be read as a wheel ({error})") from None
-    if len(data) > METADATA_MAX_BYTES:
-        raise MetadataError(f"{os.path.basename(path)} has a METADATA over {METADATA_MAX_BYTES} bytes")
-    return email.parser.BytesHeaderParser(policy=email.policy.compat32).parsebytes(data)
-
-
-def _sha256(path: str) -> str:
-    hasher = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            hasher.update(chunk)
-    return hasher.hexdigest()
+REPORT_MAX_BYTES = 16 << 20
+PIP_OPTIONS = (
+    "--dry-run", "--ignore-installed", "--isolated", "--only-binary=:all:", "--no-cache-dir",
+    "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "--timeout", "60", "--retries", "1",
+)
+# What pip says of a resolution that cannot succeed (pip's messages since 20.3; docs/pipeline.md).
+_CAUSES = "The conflict is caused by:"
+_NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
+_DEPENDS_ON = re.compile(r"depends on ([A-Za-z0-9][A-Za-z0-9._-]*)")
+_UNREACHABLE = ("Failed to establish a new connection", "Max retries exceeded", "Could not fetch URL", "SSLError")
+_HASHES = "DO NOT MATCH THE HASHES"
 
 
 class Failure(Exception):
@@ -99,238 +86,184 @@ class Failure(Exception):
         self.requirement = requirement
 
 
+def metadata(path: str) -> Message:
+    """The headers of the one top-level ``*.dist-info/METADATA`` of the wheel at ``path``, read as data."""
+    with zipfile.ZipFile(path) as archive:
+        names = [name for name in archive.namelist() if name.count("/") == 1 and name.endswith(".dist-info/METADATA")]
+        if len(names) != 1:
+            raise Failure("metadata", f"{os.path.basename(path)} holds {len(names)} top-level METADATA files, not one")
+        with archive.open(names[0]) as member:
+            data = member.read(METADATA_MAX_BYTES + 1)
+    if len(data) > METADATA_MAX_BYTES:
+        raise Failure("metadata", f"{os.path.basename(path)} has a METADATA over {METADATA_MAX_BYTES} bytes")
+    return email.parser.BytesHeaderParser(policy=email.policy.compat32).parsebytes(data)
+
+
 def _wheels(directory: str) -> list[str]:
-    names = []
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".whl") and stat.S_ISREG(os.stat(os.path.join(directory, name), follow_symlinks=False).st_mode):
-            names.append(name)
-    return names
+    return [
+        name for name in sorted(os.listdir(directory))
+        if name.endswith(".whl") and stat.S_ISREG(os.stat(os.path.join(directory, name), follow_symlinks=False).st_mode)
+    ]
 
 
-@dataclasses.dataclass(frozen=True)
-class Offer:
-    """A wheel an index offers: its file name, what the index says of it, and where to get it."""
+class Candidate:
+    """One candidate wheel, read as data: its project, version, requirement lines and top-level modules."""
 
-    file: str
-    requires_python: str | None = None
-    yanked: bool = False
-    link: object = None
-
-
-class LocalIndex:
-    """A find-links directory (or none): every regular ``*.whl`` in it."""
-
-    def __init__(self, directory: str | None) -> None:
-        self.directory = directory
-        self.by_project: dict[str, list[Offer]] = collections.defaultdict(list)
-        for file in _wheels(directory) if directory else []:
-            try:
-                project, _ = wheel_project(file, file)
-            except Refused:
-                continue
-            self.by_project[project].append(Offer(file))
-
-    def offers(self, project: str) -> list[Offer]:
-        return self.by_project.get(project, [])
-
-    def fetch(self, offer: Offer) -> tuple[str, str]:
-        path = os.path.join(self.directory, offer.file)
-        return path, _sha256(path)
-
-    def release(self, path: str) -> None:
-        """A local file stays where it is."""
-
-
-class NetworkIndex:
-    """A simple repository over http(s): pages read and wheels downloaded into the sandbox's /tmp."""
-
-    def __init__(self, client) -> None:
-        self.client = client
-
-    def offers(self, project: str) -> list[Offer]:
-        from executor.simpleindex import IndexFailure
-
+    def __init__(self, directory: str, file: str) -> None:
+        self.path = os.path.join(directory, file)
+        self.file = file
+        self.project, self.version = wheel_project(file, file)
+        self.requires: list[str] = []
+        self.modules: list[str] = []
+        self.problem: Failure | None = None
         try:
-            links = self.client.links(project)
-        except IndexFailure as failure:
-            raise Failure(failure.reason, failure.detail) from None
-        return [Offer(link.file, link.requires_python, link.yanked, link) for link in links]
-
-    def fetch(self, offer: Offer) -> tuple[str, str]:
-        from executor.simpleindex import IndexFailure
-
-        try:
-            return self.client.download(offer.link)
-        except IndexFailure as failure:
-            raise Failure(failure.reason, failure.detail) from None
-
-    def release(self, path: str) -> None:
-        os.unlink(path)
-
-
-class Resolution:
-    """One breadth-first resolution; :meth:`leaves` yields the protocol's lines as it goes."""
-
-    def __init__(self, packaging, *, candidate_dir: str, index, requirements: Sequence[str]) -> None:
-        self.packaging = packaging
-        self.environment = packaging.markers.default_environment()
-        self.python = platform.python_version()
-        self.candidate_dir = candidate_dir
-        self.index = index
-        self.requirements = list(requirements)
-        self.supported = set(packaging.tags.sys_tags())
-        self.available: dict[str, list[tuple[object, str, Offer]]] = {}
-
-    def _offers(self, project: str) -> list[tuple[object, str, Offer]]:
-        """The index's wheels of ``project`` this runtime can use, newest first: tags, Requires-Python, not yanked."""
-        if project not in self.available:
-            found = []
-            for offer in self.index.offers(project):
-                try:
-                    _, _, _, tags = self.packaging.utils.parse_wheel_filename(offer.file)
-                    named, version = wheel_project(offer.file, offer.file)
-                    parsed = self.packaging.version.Version(version)
-                except (Refused, ValueError):
-                    continue
-                if named != project or offer.yanked or not tags & self.supported:
-                    continue
-                if offer.requires_python is not None and not self._python_in(offer.requires_python):
-                    continue
-                found.append((parsed, version, offer))
-            found.sort(key=lambda item: (item[0], item[2].file), reverse=True)
-            self.available[project] = found
-        return self.available[project]
-
-    def _applies(self, requirement, extras: set[str]) -> bool:
-        if requirement.marker is None:
-            return True
-        return any(requirement.marker.evaluate({**self.environment, "extra": extra}) for extra in extras)
-
-    def _requirements_of(self, message, extras: set[str], by: str) -> list[tuple[object, str]]:
-        found = []
-        for line in sorted(message.get_all("Requires-Dist") or []):
-            try:
-                requirement = self.packaging.requirements.Requirement(line)
-            except self.packaging.requirements.InvalidRequirement:
-                raise Failure("metadata", f"{by} declares the invalid requirement {line!r}") from None
-            if self._applies(requirement, extras):
-                found.append((requirement, by))
-        return found
-
-    def _read(self, path: str, project: str, version: str):
-        try:
-            message = metadata(path)
-        except MetadataError as error:
-            raise Failure("metadata", str(error)) from None
+            with zipfile.ZipFile(self.path) as archive:
+                self.modules = modules(archive.namelist())
+            message = metadata(self.path)
+        except (OSError, zipfile.BadZipFile, RuntimeError, EOFError, NotImplementedError, ValueError, KeyError) as error:
+            self.problem = Failure("metadata", f"{file} cannot be read as a wheel ({error})")
+            return
+        except Failure as failure:
+            self.problem = failure
+            return
         named = canonical_project(message.get("Name") or "")
         stated = message.get("Version") or ""
-        try:
-            same = named == project and self.packaging.version.Version(stated) == self.packaging.version.Version(version)
-        except ValueError:
-            same = False
-        if not same:
-            raise Failure("metadata", f"{os.path.basename(path)} declares {named or '?'} {stated or '?'}")
-        return message
+        if named != self.project or stated != self.version:
+            self.problem = Failure("metadata", f"{file} declares {named or '?'} {stated or '?'}")
+        self.requires = list(message.get_all("Requires-Dist") or [])
 
-    def _python_in(self, declared: str) -> bool:
-        try:
-            return self.packaging.specifiers.SpecifierSet(declared).contains(self.python, prereleases=True)
-        except self.packaging.specifiers.InvalidSpecifier:
-            return False
-
-    def _python_allows(self, message) -> bool:
-        declared = message.get("Requires-Python")
-        return not declared or self._python_in(declared)
-
-    def _choose(self, project: str, requirement) -> tuple[str, str, str, object]:
-        """(version, file, sha256, METADATA) of the newest usable wheel that satisfies ``requirement``."""
-        for parsed, version, offer in self._offers(project):
-            if not requirement.specifier.contains(parsed):
-                continue
-            path, digest = self.index.fetch(offer)
+    def check_requirements(self, packaging) -> None:
+        """Refuse a requirement that is not PEP 508, or that names a direct URL (only the index is ever fetched)."""
+        if self.problem is not None:
+            raise self.problem
+        for line in self.requires:
             try:
-                message = self._read(path, project, version)
-            finally:
-                self.index.release(path)
-            if self._python_allows(message):
-                return version, offer.file, digest, message
-        raise Failure("no_match", str(requirement))
-
-    def leaves(self) -> Iterator[bytes]:
-        candidate = {}
-        for file in _wheels(self.candidate_dir):
-            project, version = wheel_project(file, file)
-            candidate[project] = (version, file)
-        yield leaf(
-            "BEGIN", 0, protocol=PROTOCOL, python=self.python,
-            candidate=[{"name": project, "version": version} for project, (version, _) in sorted(candidate.items())],
-        )
-        seq = 1
-        try:
-            pending: collections.deque = collections.deque()
-            for project, (version, file) in sorted(candidate.items()):
-                message = self._read(os.path.join(self.candidate_dir, file), project, version)
-                pending.extend(self._requirements_of(message, {""}, project))
-            for line in self.requirements:
-                pending.append((self.packaging.requirements.Requirement(line), PLAN))
-            pinned: dict[str, tuple[object, object, set[str]]] = {}
-            while pending:
-                requirement, by = pending.popleft()
-                project = canonical_project(requirement.name)
-                extras = set(requirement.extras)
-                if project in candidate:
-                    if not requirement.specifier.contains(candidate[project][0], prereleases=True):
-                        raise Failure("candidate_conflict", f"{by} requires {requirement}")
-                    continue
-                if project in pinned:
-                    version, message, done = pinned[project]
-                    if not requirement.specifier.contains(version, prereleases=True):
-                        raise Failure("conflict", f"{by} requires {requirement}, but {project} {version} is pinned")
-                    if extras - done:
-                        done |= extras
-                        pending.extend(self._requirements_of(message, extras, project))
-                    continue
-                version, file, digest, message = self._choose(project, requirement)
-                pinned[project] = (version, message, extras | {""})
-                yield leaf("PIN", seq, name=project, version=version, file=file, sha256=digest, required_by=by)
-                seq += 1
-                pending.extend(self._requirements_of(message, extras | {""}, project))
-        except Failure as failure:
-            yield leaf("FAIL", seq, reason=failure.reason, requirement=failure.requirement[:512])
-            return
-        yield leaf("END", seq, pins=seq - 1)
+                requirement = packaging.requirements.Requirement(line)
+            except packaging.requirements.InvalidRequirement:
+                raise Failure("metadata", f"{self.project} declares the invalid requirement {line[:200]!r}") from None
+            if requirement.url:
+                raise Failure("direct_url", f"{self.project} requires {canonical_project(requirement.name)} from a direct URL")
 
 
-def vendored_packaging():
-    """packaging as pip vendors it; in the sandbox pip is the installer wheel, imported from its zip."""
-    import pip._vendor.packaging.markers
+def load_pip(wheel: str):
+    """pip, unpacked from the installer wheel (executor/inside.py); its vendored packaging, for the requirements."""
+    from executor.inside import load_pip as unpack
+
+    unpack(wheel)
     import pip._vendor.packaging.requirements
-    import pip._vendor.packaging.specifiers
-    import pip._vendor.packaging.tags
-    import pip._vendor.packaging.utils
-    import pip._vendor.packaging.version
 
     return pip._vendor.packaging
 
 
-def _certificates(installer: str) -> str | None:
-    """The CA bundle pip vendors (certifi), read from the installer wheel: what https is verified against."""
-    from executor.simpleindex import CERTIFI
-
-    try:
-        with zipfile.ZipFile(installer) as archive:
-            return archive.read(CERTIFI).decode("ascii")
-    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError):
-        return None
-
-
-def open_index(index: str, installer: str):
-    """The index the resolver reads: a network index for an http(s) URL, else a directory or none (``-``)."""
+def _index_options(index: str) -> list[str]:
     if index.startswith(("http://", "https://")):
-        from executor.simpleindex import SimpleIndex
+        return ["--index-url", index]
+    if index == "-":
+        return ["--no-index"]
+    return ["--no-index", "--find-links", index]
 
-        return NetworkIndex(SimpleIndex(index, cadata=_certificates(installer), scratch=os.environ.get("TMPDIR", "/tmp")))
-    return LocalIndex(None if index == "-" else index)
+
+def _run_pip(arguments: list[str]) -> tuple[int, str]:
+    """pip's own command line in this process, its output captured (our standard output is the protocol)."""
+    from pip._internal.cli.main import main as pip_main
+
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
+        try:
+            code = pip_main(arguments)
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else 1
+    return code, captured.getvalue()
+
+
+def explain(output: str, candidate: set[str]) -> Failure:
+    """Why pip's resolution failed, from what pip said: a conflict names its causes, a missing match its requirement."""
+    lines = output.splitlines()
+    if _CAUSES in lines:
+        causes = []
+        for line in lines[lines.index(_CAUSES) + 1:]:
+            if not line.strip():
+                break
+            causes.append(line.strip())
+        depended = {canonical_project(match.group(1)) for cause in causes for match in _DEPENDS_ON.finditer(cause)}
+        reason = "candidate_conflict" if depended & candidate else "conflict"
+        return Failure(reason, "; ".join(causes)[:MAX_REQUIREMENT_BYTES])
+    if _HASHES in output:
+        return Failure("index_hash", "a wheel the index served does not have the sha256 the index states")
+    if any(marker in output for marker in _UNREACHABLE):
+        return Failure("index", "the index could not be read (pip: " + next(line for line in lines if any(m in line for m in _UNREACHABLE))[:300] + ")")
+    missing = _NO_MATCH.search(output)
+    if missing:
+        return Failure("no_match", missing.group(1))
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return Failure("resolver", (errors[-1] if errors else "pip exited without saying why")[:MAX_REQUIREMENT_BYTES])
+
+
+def _sha256(archive: dict) -> str | None:
+    hashes = archive.get("hashes") or {}
+    if isinstance(hashes.get("sha256"), str):
+        return hashes["sha256"]
+    stated = archive.get("hash")
+    if isinstance(stated, str) and stated.startswith("sha256="):
+        return stated[len("sha256="):]
+    return None
+
+
+def _file_of(url: str) -> str:
+    return urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+
+
+def resolve(requirements: list[str], index: str, *, scratch: str, direct: dict[str, str]) -> list[tuple[str, str, str, str, str]]:
+    """(name, version, file, sha256, url) of every wheel pip's resolver chose for ``requirements``.
+
+    ``direct`` maps the path of each wheel given as a file to its project: those
+    are the candidate's own, never pinned. Any other direct URL is refused.
+    """
+    report = os.path.join(scratch, f"report-{len(os.listdir(scratch))}.json")
+    code, output = _run_pip(["install", *PIP_OPTIONS, "--report", report, *_index_options(index), *requirements])
+    if code != 0:
+        raise explain(output, set(direct.values()))
+    with open(report, "rb") as file:
+        document = json.loads(file.read(REPORT_MAX_BYTES))
+    chosen = []
+    for item in document.get("install", []):
+        info, stated = item.get("download_info") or {}, item.get("metadata") or {}
+        url, name = info.get("url", ""), canonical_project(str(stated.get("name", "")))
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme == "file" and urllib.parse.unquote(parts.path) in direct:
+            continue
+        if item.get("is_direct") or "archive_info" not in info:
+            raise Failure("direct_url", f"{name} would come from {url[:200]}, not from the index")
+        digest = _sha256(info["archive_info"])
+        if digest is None:
+            raise Failure("index_hash", f"the index states no sha256 for {_file_of(url)} and pip did not hash it")
+        chosen.append((name, str(stated.get("version", "")), _file_of(url), digest, url))
+    return chosen
+
+
+def leaves(request, candidate_dir: str, index: str, packaging, scratch: str) -> Iterator[bytes]:
+    wheels = [Candidate(candidate_dir, file) for file in _wheels(candidate_dir)]
+    yield leaf(
+        "BEGIN", 0, protocol=PROTOCOL, python=platform.python_version(),
+        candidate=[{"name": wheel.project, "version": wheel.version, "modules": wheel.modules} for wheel in wheels],
+    )
+    seq = 1
+    pins = []
+    try:
+        for wheel in wheels:
+            wheel.check_requirements(packaging)
+        if request.runner:
+            pins += [(RUNNER, *pin) for pin in resolve(list(request.runner), index, scratch=scratch, direct={})]
+        if any(wheel.requires for wheel in wheels):
+            direct = {wheel.path: wheel.project for wheel in wheels}
+            pins += [(CANDIDATE, *pin) for pin in resolve([wheel.path for wheel in wheels], index, scratch=scratch, direct=direct)]
+    except Failure as failure:
+        yield leaf("FAIL", seq, reason=failure.reason, requirement=failure.requirement[:MAX_REQUIREMENT_BYTES])
+        return
+    for tree, name, version, file, digest, url in pins:
+        yield leaf("PIN", seq, tree=tree, name=name, version=version, file=file, sha256=digest, url=url)
+        seq += 1
+    yield leaf("END", seq, pins=seq - 1)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -338,14 +271,11 @@ def main(argv: Sequence[str]) -> int:
     request_dir, candidate_dir, index = argv
     with open(os.path.join(request_dir, REQUEST), "rb") as file:
         request = request_from_bytes(file.read(1 << 16))
-    installer = os.path.join(request_dir, request.installer_file)
-    sys.path.insert(0, installer)
-    packaging = vendored_packaging()
-    resolution = Resolution(
-        packaging, candidate_dir=candidate_dir, index=open_index(index, installer), requirements=request.requirements,
-    )
+    packaging = load_pip(os.path.join(request_dir, request.installer_file))
+    scratch = os.path.join(os.environ.get("TMPDIR", "/tmp"), "resolver")
+    os.mkdir(scratch, 0o700)
     out = sys.stdout.buffer
-    for line in resolution.leaves():
+    for line in leaves(request, candidate_dir, index, packaging, scratch):
         out.write(line)
     out.flush()
     return 0

@@ -1,29 +1,36 @@
-"""The resolver protocol, ``casebox.resolver.v1``: numbered closed leaves, each validated and ACKed (docs/pipeline.md).
+"""The resolver protocol, ``casebox.resolver.v2``: numbered closed leaves, each validated and ACKed (docs/pipeline.md).
 
 The resolver runs in its own sandbox as the dedicated UID and answers on its
 standard output with one **leaf** per line: canonical JSON (RFC 8785) and a
 newline, numbered from 0 by ``seq``.
 
-    BEGIN  seq 0        protocol, python (the runtime's version), candidate (projects and versions)
-    PIN    seq 1..n     name, version, file, sha256, required_by: one dependency wheel and who needs it
+    BEGIN  seq 0        protocol, python (the runtime's version), candidate (each wheel's project, version and
+                        the top-level modules it installs)
+    PIN    seq 1..n     tree (runner or candidate), name, version, file, sha256, url: one wheel pip's resolver chose
     END    seq n+1      pins (= n): nothing follows
     FAIL   seq k        reason, requirement: resolution failed; nothing follows
+
+The runner's pins come from resolving the plan's runner requirements alone,
+against the index: never from the bundle (E7). The candidate's pins come from
+resolving the candidate's wheels against the same index; the candidate's own
+projects are never pinned.
 
 The dependency preparer, on the trusted side, feeds the lines in order to an
 :class:`Acceptor`. Each leaf is validated before the next is read, and an
 accepted PIN is ACKed: its ``seq`` becomes the ack number of a pin in the
-ack document, which the preparer materializes as a new read-only capability
-(``pins.json`` and ``requirements.txt``) for the fetch op. Anything unknown,
-out of order, extra, or a wheel whose SHA-256 differs from the trusted side's
-own hash of the index file aborts the resolution with an :class:`Abort`
-naming a fixed code. This module is pure: the encoder the resolver uses, the
-decoder and the acceptor the preparer uses.
+ack document (``pins.json``), which the preparer materializes as a new
+read-only capability for the fetch op. Anything unknown, out of order, extra,
+a wheel whose SHA-256 differs from the trusted side's own hash of the index
+file, or a URL that is not the index's aborts the resolution with an
+:class:`Abort` naming a fixed code. This module is pure: the encoder the
+resolver uses, the decoder and the acceptor the preparer uses.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import urllib.parse
 from typing import Callable, Iterable
 
 from executor.manifest import canonical_project, check_wheel_name, wheel_project
@@ -31,23 +38,31 @@ from journal.closed import ClosedObject, check_str
 from journal.errors import Refused
 from journal.strictjson import canonical, loads
 
-PROTOCOL = "casebox.resolver.v1"
-REQUEST_SCHEMA = "casebox.resolver-request.v1"
-ACKS_SCHEMA = "casebox.resolver-acks.v1"
-MAX_LEAF_BYTES = 4_096
-MAX_PINS = 128
+PROTOCOL = "casebox.resolver.v2"
+REQUEST_SCHEMA = "casebox.resolver-request.v2"
+ACKS_SCHEMA = "casebox.resolver-acks.v2"
+MAX_LEAF_BYTES = 8_192
+MAX_PINS = 256
 MAX_CANDIDATES = 3
-MAX_REQUIREMENTS = 16
+MAX_MODULES = 256
+MAX_REQUIREMENTS = 32
 MAX_REQUIREMENT_BYTES = 512
+MAX_URL_BYTES = 2_048
 LEAVES = ("BEGIN", "PIN", "END", "FAIL")
+RUNNER, CANDIDATE = "runner", "candidate"
+TREES = (RUNNER, CANDIDATE)
+# Where the resolver and fetch sandboxes see a find-links index; a PIN from it names its file there.
+LOCAL_INDEX = "/cap/index"
 # Why the resolver itself gives up (a FAIL leaf).
 FAIL_REASONS = {
     "no_match": "no wheel of the index satisfies a requirement for this runtime",
-    "conflict": "two requirements on one project admit no common version (the resolver does not backtrack)",
+    "conflict": "the requirements admit no common set of versions, even after pip's resolver backtracked",
     "candidate_conflict": "a requirement on one of the candidate's own projects excludes the candidate's version",
-    "metadata": "a wheel's METADATA is missing, unreadable or names another project or version",
+    "direct_url": "a requirement names a direct URL: only names and versions resolved through the index are fetched",
+    "metadata": "a wheel's METADATA is missing, unreadable, names another project or version, or an invalid requirement",
     "index": "a network index could not be read: unreachable, an HTTP error, a page it cannot parse, over a cap",
-    "index_hash": "a file a network index served does not have the sha256 its page states",
+    "index_hash": "the index states no sha256 for a wheel pip chose and pip did not hash it",
+    "resolver": "pip's resolver failed for another reason (its last error line says which)",
 }
 # Why the preparer aborts the protocol.
 ABORTS = {
@@ -59,13 +74,15 @@ ABORTS = {
     "too_many": f"more than {MAX_PINS} pins",
     "runtime_mismatch": "BEGIN names another Python version than the runtime's",
     "candidate_mismatch": "BEGIN's candidate projects are not the sealed extraction's wheels",
-    "candidate_pin": "a PIN names one of the candidate's own projects",
-    "duplicate": "a PIN names a project already pinned",
+    "candidate_pin": "a candidate PIN names one of the candidate's own projects",
+    "duplicate": "a PIN names a project already pinned in its tree",
     "file_mismatch": "a PIN's file is not a wheel of its name and version",
     "not_in_index": "a PIN's file is not a regular file of the index",
-    "hash_mismatch": "a PIN's sha256 differs from the trusted side's hash of the index file",
+    "hash_mismatch": "a PIN's sha256 differs from the trusted side's hash of the index file, or from another PIN of that file",
+    "url_mismatch": "a PIN's URL is not its file in the find-links index, or not an http(s) URL of its file",
 }
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}\Z")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}\Z")
 _PROJECT = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,98}[a-z0-9])?\Z")
 
 
@@ -80,13 +97,15 @@ class Abort(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Pin:
-    """One accepted dependency wheel; ``ack`` is the seq of the PIN leaf that named it."""
+    """One accepted wheel of the runner's or the candidate's tree; ``ack`` is the seq of the PIN leaf that named it."""
 
     ack: int
+    tree: str
     name: str
     version: str
     file: str
     sha256: str
+    url: str
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -100,17 +119,15 @@ def leaf(kind: str, seq: int, **fields: object) -> bytes:
     return canonical({"leaf": kind, "seq": seq, **fields}) + b"\n"
 
 
-def request_bytes(plan_digest: str, requirements: Iterable[str], installer: dict) -> bytes:
-    """The resolver's input document, ``request.json`` in the request capability."""
-    return canonical(
-        {"schema": REQUEST_SCHEMA, "plan_digest": plan_digest, "requirements": list(requirements), "installer": installer}
-    )
+def request_bytes(plan_digest: str, runner: Iterable[str], installer: dict) -> bytes:
+    """The resolver's input document, ``request.json`` in the request capability: the runner's requirements."""
+    return canonical({"schema": REQUEST_SCHEMA, "plan_digest": plan_digest, "runner": list(runner), "installer": installer})
 
 
 @dataclasses.dataclass(frozen=True)
 class Request:
     plan_digest: str
-    requirements: tuple[str, ...]
+    runner: tuple[str, ...]
     installer_file: str
     installer_sha256: str
 
@@ -119,9 +136,9 @@ def request_from_bytes(data: bytes) -> Request:
     fields = ClosedObject(loads(data, max_bytes=MAX_LEAF_BYTES * 4))
     fields.pop_const("schema", REQUEST_SCHEMA)
     plan_digest = fields.pop_digest("plan_digest")
-    requirements = tuple(
+    runner = tuple(
         check_str(item, path, max_bytes=MAX_REQUIREMENT_BYTES)
-        for path, item in fields.pop_list("requirements", min_items=0, max_items=MAX_REQUIREMENTS)
+        for path, item in fields.pop_list("runner", min_items=0, max_items=MAX_REQUIREMENTS)
     )
     installer = fields.pop_object("installer")
     installer_file = check_wheel_name(installer.pop_str("file", max_bytes=100), "$.installer.file")
@@ -129,7 +146,7 @@ def request_from_bytes(data: bytes) -> Request:
     installer.pop_str("source", max_bytes=16)
     installer.done()
     fields.done()
-    return Request(plan_digest, requirements, installer_file, installer_sha256)
+    return Request(plan_digest, runner, installer_file, installer_sha256)
 
 
 # The decoder and the acceptor (the preparer's side) ---------------------------------------------------
@@ -176,7 +193,10 @@ class Acceptor:
     """Validates the resolver's leaves in order and ACKs each accepted PIN.
 
     ``candidate`` maps each candidate project (canonical name) to its version,
-    taken by the trusted side from the sealed extraction's wheel file names.
+    taken by the trusted side from the sealed extraction's wheel file names;
+    :attr:`modules` is, once BEGIN is accepted, what the resolver says each
+    project installs at the top level (a claim: the trusted side never opens
+    a wheel; the sealed tree is listed again after the install).
     ``index_sha256(file)`` is the trusted side's SHA-256 of a regular file of
     a find-links index, or None when there is no such file. For a network
     index it is None: the trusted side has no network, so a PIN's file and
@@ -187,12 +207,15 @@ class Acceptor:
 
     def __init__(
         self, *, python: str, candidate: dict[str, str], index_sha256: Callable[[str], str | None] | None,
+        local_index: str = LOCAL_INDEX,
     ) -> None:
         self.python = python
+        self.local_index = local_index
         self.candidate = dict(candidate)
         self.index_sha256 = index_sha256
         self.seq = 0
         self.pins: list[Pin] = []
+        self.modules: dict[str, tuple[str, ...]] = {}
         self.ended: Failed | bool = False
 
     def feed(self, line: bytes) -> Pin | None:
@@ -234,7 +257,12 @@ class Acceptor:
         candidate = {}
         for path, item in fields.pop_list("candidate", min_items=1, max_items=MAX_CANDIDATES):
             entry = ClosedObject(item, path)
-            candidate[_pop_project(entry, "name")] = _pop_version(entry, "version")
+            name = _pop_project(entry, "name")
+            candidate[name] = _pop_version(entry, "version")
+            self.modules[name] = tuple(
+                check_str(module, module_path, max_bytes=100, pattern=_MODULE, rule="must be a module name")
+                for module_path, module in entry.pop_list("modules", min_items=0, max_items=MAX_MODULES)
+            )
             entry.done()
         fields.done()
         if python != self.python:
@@ -243,31 +271,41 @@ class Acceptor:
             raise Abort("candidate_mismatch", f"BEGIN names {sorted(candidate.items())}, the extraction holds {sorted(self.candidate.items())}")
 
     def _pin(self, fields: ClosedObject) -> Pin:
+        tree = fields.pop_str("tree", max_bytes=16)
         name = _pop_project(fields, "name")
         version = _pop_version(fields, "version")
         file = fields.pop_str("file", max_bytes=100)
         digest = fields.pop_sha256("sha256")
-        fields.pop_str("required_by", max_bytes=100)
+        url = fields.pop_str("url", max_bytes=MAX_URL_BYTES, ascii_only=True)
         fields.done()
+        where = f"PIN leaf {self.seq}"
+        if tree not in TREES:
+            raise Abort("unknown", f"{where} names the tree {tree!r}, not one of {', '.join(TREES)}")
         if len(self.pins) >= MAX_PINS:
-            raise Abort("too_many", f"PIN leaf {self.seq} is pin {MAX_PINS + 1}")
-        if name in self.candidate:
-            raise Abort("candidate_pin", f"PIN leaf {self.seq} pins the candidate's own project {name}")
-        if any(pin.name == name for pin in self.pins):
-            raise Abort("duplicate", f"PIN leaf {self.seq} pins {name} a second time")
+            raise Abort("too_many", f"{where} is pin {MAX_PINS + 1}")
+        if tree == CANDIDATE and name in self.candidate:
+            raise Abort("candidate_pin", f"{where} pins the candidate's own project {name}")
+        if any(pin.tree == tree and pin.name == name for pin in self.pins):
+            raise Abort("duplicate", f"{where} pins {name} a second time in the {tree} tree")
         try:
             named = wheel_project(file, "$.file")
         except Refused:
             named = None
         if named != (name, version):
-            raise Abort("file_mismatch", f"PIN leaf {self.seq}: {file} is not a wheel of {name} {version}")
+            raise Abort("file_mismatch", f"{where}: {file} is not a wheel of {name} {version}")
+        if any(pin.file == file and pin.sha256 != digest for pin in self.pins):
+            raise Abort("hash_mismatch", f"{where}: {file} was pinned before with another sha256")
         if self.index_sha256 is not None:
+            if not is_local_url(url, file, self.local_index):
+                raise Abort("url_mismatch", f"{where}: {url} is not {file} in the find-links index")
             trusted = self.index_sha256(file)
             if trusted is None:
-                raise Abort("not_in_index", f"PIN leaf {self.seq}: {file} is not a regular file of the index")
+                raise Abort("not_in_index", f"{where}: {file} is not a regular file of the index")
             if trusted != digest:
-                raise Abort("hash_mismatch", f"PIN leaf {self.seq}: {file} hashes to {trusted}, the leaf says {digest}")
-        pin = Pin(self.seq, name, version, file, digest)
+                raise Abort("hash_mismatch", f"{where}: {file} hashes to {trusted}, the leaf says {digest}")
+        elif not is_file_url(url, file):
+            raise Abort("url_mismatch", f"{where}: {url} is not an http(s) URL of {file} without user information")
+        pin = Pin(self.seq, tree, name, version, file, digest, url)
         self.pins.append(pin)
         return pin
 
@@ -292,6 +330,43 @@ def acks_bytes(pins: Iterable[Pin]) -> bytes:
     return canonical({"schema": ACKS_SCHEMA, "pins": [pin.as_dict() for pin in pins]})
 
 
-def requirements_bytes(pins: Iterable[Pin]) -> bytes:
-    """``requirements.txt`` for pip: each ACKed pin exactly, with its hash (``--require-hashes``)."""
-    return "".join(f"{pin.name}=={pin.version} --hash=sha256:{pin.sha256}\n" for pin in pins).encode("ascii")
+def is_local_url(url: str, file: str, index: str = LOCAL_INDEX) -> bool:
+    """A ``file:`` URL of ``file`` in the find-links index at ``index`` (as the resolver's sandbox sees it)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme == "file" and not parts.netloc and urllib.parse.unquote(parts.path) == f"{index}/{file}"
+
+
+def is_file_url(url: str, file: str) -> bool:
+    """An http(s) URL without user information whose path ends in ``file`` (percent-decoded; a fragment is ignored)."""
+    if not all(char.isascii() and char.isprintable() and char not in " \\\"" for char in url):
+        return False
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return False
+    return (
+        parts.scheme in ("http", "https") and bool(host) and "@" not in parts.netloc
+        and urllib.parse.unquote(parts.path.rsplit("/", 1)[-1]) == file
+    )
+
+
+def acks_from_bytes(data: bytes) -> tuple[Pin, ...]:
+    """The pins of an ack document, as the fetch tool reads it in its sandbox (the trusted side wrote it)."""
+    fields = ClosedObject(loads(data, max_bytes=MAX_PINS * MAX_LEAF_BYTES))
+    fields.pop_const("schema", ACKS_SCHEMA)
+    pins = []
+    for path, item in fields.pop_list("pins", min_items=0, max_items=MAX_PINS):
+        entry = ClosedObject(item, path)
+        pins.append(Pin(
+            ack=entry.pop_int("ack", low=1, high=MAX_PINS), tree=entry.pop_str("tree", max_bytes=16),
+            name=_pop_project(entry, "name"), version=_pop_version(entry, "version"),
+            file=check_wheel_name(entry.pop_str("file", max_bytes=100), f"{path}.file"),
+            sha256=entry.pop_sha256("sha256"), url=entry.pop_str("url", max_bytes=MAX_URL_BYTES, ascii_only=True),
+        ))
+        entry.done()
+    fields.done()
+    return tuple(pins)

@@ -7,11 +7,19 @@ casebox itself runs on when its real path lies there, else the real path of
 sandboxed tools (the extractor and the resolver) run on it.
 
 The installer is pip, run from its wheel (unpacked in the sandbox that runs
-it, executor/inside.py), never from the network: the newest ``pip-X.Y[.Z]-py3-none-any.whl`` of the
-find-links index when it holds one, else the pip wheel the runtime bundles
-(``<stdlib>/ensurepip/_bundled/``, ``<stdlib>/ensurepip/`` or Debian's
-``/usr/share/python-wheels/``). With a network index it is always the
-runtime's: the installer is needed before anything is read from the index.
+it, executor/inside.py), never from the network, and chosen deliberately:
+the wheel named by ``verify --installer`` (or the ``installer`` setting),
+else the newest pip wheel the runtime bundles (``<stdlib>/ensurepip/_bundled/``,
+``<stdlib>/ensurepip/`` or Debian's ``/usr/share/python-wheels/``). A
+``pip-*.whl`` in the index is just another wheel there: it never becomes
+the installer. pip resolves as well as installs (its own resolver, with
+``--dry-run --report``), so it must be 22.2 or later.
+
+The runtime's search path without site (``sys.path`` of ``python -I -S``:
+the standard library's zip, directory and extension modules) and its
+standard-library module names (``sys.stdlib_module_names``) are asked of the
+interpreter too: a case's search path starts with the former (E7), and a
+candidate module named like one of the latter is refused.
 
 The runtime inventory (docs/pipeline.md) is a canonical JSON document naming
 the interpreter (path, size, SHA-256, version, cache tag), the standard
@@ -45,11 +53,14 @@ MINIMUM = (3, 11)
 SKIPPED = ("__pycache__", "site-packages", "dist-packages")
 DEBIAN_WHEELS = "/usr/share/python-wheels"
 INSTALLER = re.compile(r"pip-([0-9]+(?:\.[0-9]+){1,2})-py3-none-any\.whl\Z")
+# The first pip with ``install --dry-run --report``, which the resolver runs.
+INSTALLER_MINIMUM = (22, 2)
 # A pip wheel is a few MiB; the cap bounds what an index can make the trusted side read into memory.
 INSTALLER_MAX_BYTES = 64 << 20
 _QUERY = (
     "import json, sys, sysconfig; print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3], "
-    "'cache_tag': sys.implementation.cache_tag, 'stdlib': sysconfig.get_path('stdlib')}))"
+    "'cache_tag': sys.implementation.cache_tag, 'stdlib': sysconfig.get_path('stdlib'), "
+    "'path': [entry for entry in sys.path if entry], 'modules': sorted(sys.stdlib_module_names)}))"
 )
 _CHUNK = 1 << 20
 
@@ -69,10 +80,16 @@ class Installer:
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
+    """The case runtime: its interpreter, installer and inventory document, and what it says of its stdlib."""
+
     interpreter: str
     version: str
     installer: Installer
     document: dict
+    # sys.path of ``python -I -S``: where the standard library is found, first on every case's search path (E7).
+    stdlib_path: tuple[str, ...] = ()
+    # sys.stdlib_module_names: no candidate module may take one of these names.
+    stdlib_modules: frozenset[str] = frozenset()
 
     @property
     def digest(self) -> str:
@@ -159,12 +176,18 @@ def stdlib_inventory(path: str) -> dict:
     }
 
 
+def installer_version(name: str) -> tuple[int, ...] | None:
+    """The version of a pip wheel named ``pip-X.Y[.Z]-py3-none-any.whl``, or None for any other name."""
+    match = INSTALLER.match(name)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
 def _newest_installer(directory_fd: int) -> str | None:
     versions = []
     for name in os.listdir(directory_fd):
-        match = INSTALLER.match(name)
-        if match and stat.S_ISREG(os.stat(name, dir_fd=directory_fd, follow_symlinks=False).st_mode):
-            versions.append((tuple(int(part) for part in match.group(1).split(".")), name))
+        version = installer_version(name)
+        if version and stat.S_ISREG(os.stat(name, dir_fd=directory_fd, follow_symlinks=False).st_mode):
+            versions.append((version, name))
     return max(versions)[1] if versions else None
 
 
@@ -178,34 +201,53 @@ def _read_installer(directory_fd: int, name: str, place: str) -> bytes:
     return data
 
 
-def find_installer(index_fd: int | None, stdlib: str) -> Installer:
-    """The pip wheel, read whole: the newest in the index, else the one the runtime bundles."""
-    places = [("index", index_fd)] if index_fd is not None else []
+def _checked(name: str, data: bytes, source: str, where: str) -> Installer:
+    if installer_version(name) < INSTALLER_MINIMUM:
+        raise Refused(
+            where, f"{name} is older than pip {'.'.join(map(str, INSTALLER_MINIMUM))}, the first with the "
+            "`install --dry-run --report` that casebox resolves with",
+        )
+    return Installer(name, hashlib.sha256(data).hexdigest(), source, data)
+
+
+def chosen_installer(path: str) -> Installer:
+    """The pip wheel at ``path``, named by ``--installer``: a regular file called pip-X.Y[.Z]-py3-none-any.whl."""
+    directory, name = os.path.split(path)
+    if installer_version(name) is None:
+        raise Refused("--installer", f"{path} is not named pip-X.Y[.Z]-py3-none-any.whl")
+    fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        data = _read_installer(fd, name, "--installer")
+    finally:
+        os.close(fd)
+    return _checked(name, data, "chosen", "--installer")
+
+
+def bundled_installer(stdlib: str) -> Installer:
+    """The newest pip wheel the runtime bundles, read whole."""
     for path in (os.path.join(stdlib, "ensurepip", "_bundled"), os.path.join(stdlib, "ensurepip"), DEBIAN_WHEELS):
-        if os.path.isdir(path):
-            places.append(("runtime", path))
-    for source, place in places:
-        fd = os.dup(place) if isinstance(place, int) else os.open(place, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if not os.path.isdir(path):
+            continue
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             name = _newest_installer(fd)
             if name is not None:
-                data = _read_installer(fd, name, "--index" if source == "index" else place)
-                return Installer(name, hashlib.sha256(data).hexdigest(), source, data)
+                return _checked(name, _read_installer(fd, name, path), "runtime", os.path.join(path, name))
         finally:
             os.close(fd)
     raise Refused(
-        "--index",
-        "no pip wheel (pip-X.Y-py3-none-any.whl) is in the find-links index or bundled with the runtime; "
-        "casebox installs with pip run from its wheel, never from the network, so add one to a find-links index "
-        "or install the runtime's (python3-pip-whl on Debian and Ubuntu)",
+        "--installer",
+        "is not given and the runtime bundles no pip wheel (pip-X.Y-py3-none-any.whl); casebox resolves and installs "
+        "with pip run from its wheel, never from the network: install the runtime's (python3-pip-whl on Debian and "
+        "Ubuntu) or name one with --installer",
     )
 
 
-def inspect(index_fd: int | None) -> Runtime:
-    """The runtime this host hands to sandboxes, with its installer and inventory."""
+def inspect(installer_path: str | None = None) -> Runtime:
+    """The runtime this host hands to sandboxes, with its installer (the one named, else the runtime's) and inventory."""
     interpreter = choose_interpreter()
     values = _query(interpreter)
-    installer = find_installer(index_fd, values["stdlib"])
+    installer = bundled_installer(values["stdlib"]) if installer_path is None else chosen_installer(installer_path)
     directory, name = os.path.split(interpreter)
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -224,4 +266,7 @@ def inspect(index_fd: int | None) -> Runtime:
         "stdlib": stdlib_inventory(values["stdlib"]),
         "installer": installer.as_dict(),
     }
-    return Runtime(interpreter, values["version"], installer, document)
+    return Runtime(
+        interpreter, values["version"], installer, document,
+        stdlib_path=tuple(values["path"]), stdlib_modules=frozenset(values["modules"]),
+    )

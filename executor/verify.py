@@ -30,7 +30,7 @@ import executor
 from executor import runtime as runtimes
 from executor import sessions
 from executor.capability import open_capability
-from executor.caseservice import VERIFIER, Blocked, CaseRun, CaseService, check_materializable
+from executor.caseservice import VERIFIER, Blocked, CaseRun, CaseService, Trees, check_materializable
 from executor.config import Config
 from executor.evaluate import Expected, Report, evaluate
 from executor.frontend import read_capped
@@ -38,7 +38,7 @@ from executor.inside import MODULES
 from executor.ownership import DirectoryCapability, Gate
 from executor.plan import PLAN_MAX_BYTES, Case, Plan, plan_from_bytes
 from executor.preparer import Preparer, Unresolved
-from executor.receipts import STEP_DEPENDENCIES, Binding
+from executor.receipts import Binding, dependency_step
 from executor.shard import cases_for_shard
 from executor.staging import Staging
 from journal.errors import Refused
@@ -74,6 +74,7 @@ class Attempt:
     shard: tuple[int, int] | None = None
     attempt_number: int = 1
     index_url: str | None = None
+    installer: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,14 +172,15 @@ def verify(config: Config, request: Attempt, *, progress: Callable[[str], None],
     staging = Staging()
     index_fd = None
     try:
-        capabilities.append(DirectoryCapability(VERIFIER, open_capability(request.verifier_tree, state_root=config.state_root)))
+        verifier = open_capability(request.verifier_tree, state_root=config.state_root)
+        capabilities.append(DirectoryCapability(plan.mount or VERIFIER, verifier))
         if request.index is not None:
             index = open_capability(request.index, state_root=config.state_root)
             capabilities.append(DirectoryCapability("index", index))
             index_fd = os.dup(index)
         progress("preflight: copying and hashing the bundle")
         capabilities.append(staging.bundle(request.bundle, request.sha256))
-        runtime = runtimes.inspect(index_fd)
+        runtime = runtimes.inspect(request.installer)
         capabilities.append(staging.directory("tools", _tools()))
         evidence_fd, made = _evidence_directory(request.evidence)
         try:
@@ -208,7 +210,7 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
         for capability in capabilities:
             capability.hand_to(session)
         gate = Gate(session)
-        service = CaseService(gate, session, runtime=runtime, progress=progress)
+        service = CaseService(gate, session, runtime=runtime, plan=plan, progress=progress)
         preparer = Preparer(
             gate, session, staging=staging, runtime=runtime, index_fd=index_fd, index_url=request.index_url, progress=progress,
         )
@@ -241,19 +243,19 @@ def _cases(session, service, preparer, request, plan, cases, runtime) -> tuple[l
     if isinstance(extraction, Blocked):
         return [], [f"{extraction.sentence}; no case can run, so none has a receipt"]
     notes = []
-    requirements = ["pytest"] if any(case.op == "pytest" and case.applicable for _, case in cases) else []
-    dependencies = preparer.prepare(plan_digest=plan.digest, requirements=requirements, candidate=extraction.projects)
-    blocked = None
+    # The runner is installed only for an attempt that runs a pytest case: no other op imports it.
+    runner = any(case.op == "pytest" and case.applicable for _, case in cases)
+    dependencies = preparer.prepare(plan_digest=plan.digest, runner=plan.runner if runner else (), candidate=extraction.projects)
     if isinstance(dependencies, Unresolved):
         notes.append(f"dependencies unresolved ({dependencies.code}): {dependencies.sentence}")
-        blocked = Blocked(STEP_DEPENDENCIES, dependencies.sentence)
+        trees = Trees(blocked=Blocked(dependency_step(dependencies.code), dependencies.sentence))
         if dependencies.sealed is None:
             return [], notes + ["the dependency output could not be sealed, so no receipt can name its digest"]
     else:
-        installed = service.install(extraction, dependencies)
-        if isinstance(installed, Blocked):
-            notes.append(installed.sentence)
-            blocked = installed
+        trees = service.install(extraction, dependencies, runner=runner)
+        for blocked in (trees.blocked, trees.runner_blocked):
+            if blocked is not None:
+                notes.append(f"{blocked.step}: {blocked.sentence}")
     binding = Binding(
         attempt_id=request.attempt_id,
         attempt_number=request.attempt_number,
@@ -262,8 +264,9 @@ def _cases(session, service, preparer, request, plan, cases, runtime) -> tuple[l
         bundle_sha256=request.sha256,
         dependency_inventory_digest=dependencies.sealed.inventory_digest,
         runtime_inventory_digest=runtime.digest,
+        runner_inventory_digest=None if trees.runner is None else trees.runner.inventory_digest,
         stage_id=session.info().stage_id,
     )
-    runs = service.run_cases(cases, binding, blocked)
-    notes += [f"case {run.case_id}: {run.sentence}" for run in runs if run.sentence and blocked is None]
+    runs = service.run_cases(cases, binding, trees)
+    notes += [f"case {run.case_id}: {run.sentence}" for run in runs if run.sentence]
     return runs, notes

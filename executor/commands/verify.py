@@ -71,6 +71,7 @@ def _verify(args: argparse.Namespace) -> int:
         shard=shard,
         attempt_number=args.attempt_number,
         index_url=index_url,
+        installer=None if args.installer is None else resolve_inside(args.installer, root, "--installer"),
     )
     return show(verify(config, request, progress=progress_printer(), embedded=args.state_root is not None))
 
@@ -106,6 +107,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="where dependencies are resolved from: a local find-links directory (offline; must pass F4), or the "
         "http(s) URL of a simple index (PEP 503/691; no user:pass@, query or fragment), which gives the resolver "
         "and fetch sandboxes, and only those, the host's network",
+    )
+    command.add_argument(
+        "--installer", metavar="WHEEL",
+        help="the pip wheel (pip-X.Y[.Z]-py3-none-any.whl, 22.2 or later) that resolves and installs in the sandboxes; "
+        "default: the one the runtime bundles. A pip wheel in the index never becomes the installer",
     )
     command.add_argument("--shard", metavar="i/n", help="run only shard i of n of the plan's cases (casebox plan shard)")
     command.add_argument(
