@@ -43,6 +43,7 @@ import platform
 import re
 import stat
 import sys
+import tempfile
 import urllib.parse
 import zipfile
 from email.message import Message
@@ -272,8 +273,7 @@ def main(argv: Sequence[str]) -> int:
     with open(os.path.join(request_dir, REQUEST), "rb") as file:
         request = request_from_bytes(file.read(1 << 16))
     packaging = load_pip(os.path.join(request_dir, request.installer_file))
-    scratch = os.path.join(os.environ.get("TMPDIR", "/tmp"), "resolver")
-    os.mkdir(scratch, 0o700)
+    scratch = tempfile.mkdtemp(prefix="resolver-")
     out = sys.stdout.buffer
     for line in leaves(request, candidate_dir, index, packaging, scratch):
         out.write(line)

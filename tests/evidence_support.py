@@ -42,6 +42,7 @@ BUNDLE = "b" * 64
 CANDIDATE = "sha256:" + "c" * 64
 DEPENDENCIES = "sha256:" + "d" * 64
 RUNTIME = "sha256:" + "e" * 64
+RUNNER = "sha256:" + "7" * 64
 T0 = 1_767_225_600_000_000
 _pids = itertools.count(4100)
 
@@ -119,6 +120,7 @@ class Stage:
             bundle_sha256=BUNDLE,
             dependency_inventory_digest=DEPENDENCIES,
             runtime_inventory_digest=RUNTIME,
+            runner_inventory_digest=RUNNER,
             stage_id=stage_id,
         )
         fields.update(binding)

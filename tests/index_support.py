@@ -17,6 +17,7 @@ import shutil
 import threading
 
 from executor.manifest import wheel_project
+from executor.simpleindex import USER_AGENT
 
 
 def build_simple(source: pathlib.Path, target: pathlib.Path, *, stated: dict[str, str] | None = None,
@@ -42,15 +43,15 @@ def build_simple(source: pathlib.Path, target: pathlib.Path, *, stated: dict[str
 
 class IndexServer:
     """Serves ``root`` on 127.0.0.1 from a thread; ``requests`` is every (path, headers) it was sent.
-    ``swap_for_pip`` maps a path to other bytes served only to pip (the fetch), not to the resolver;
+    ``swap_for_fetch`` maps a path to other bytes served only to casebox's fetch, not to pip's resolver;
     ``redirects`` maps a path to the Location of a 302."""
 
     def __init__(
-        self, root: pathlib.Path, *, swap_for_pip: dict[str, bytes] | None = None, redirects: dict[str, str] | None = None,
+        self, root: pathlib.Path, *, swap_for_fetch: dict[str, bytes] | None = None, redirects: dict[str, str] | None = None,
     ) -> None:
         self.requests: list[tuple[str, dict[str, str]]] = []
         recorded = self.requests
-        swapped = swap_for_pip or {}
+        swapped = swap_for_fetch or {}
         moved = redirects or {}
 
         class Handler(http.server.SimpleHTTPRequestHandler):
@@ -62,7 +63,7 @@ class IndexServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                if self.path in swapped and self.headers.get("User-Agent", "").startswith("pip/"):
+                if self.path in swapped and self.headers.get("User-Agent", "").startswith(USER_AGENT):
                     body = swapped[self.path]
                     self.send_response(200)
                     self.send_header("Content-Type", "application/octet-stream")

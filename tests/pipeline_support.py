@@ -24,8 +24,10 @@ HEAD = "ab" * 32
 RUNTIME = Runtime(
     interpreter="/usr/bin/python3.11",
     version="3.11.2",
-    installer=Installer("pip-24.2-py3-none-any.whl", "6" * 64, "index", b"not a wheel"),
+    installer=Installer("pip-24.2-py3-none-any.whl", "6" * 64, "runtime", b"not a wheel"),
     document={},
+    stdlib_path=("/usr/lib/python311.zip", "/usr/lib/python3.11", "/usr/lib/python3.11/lib-dynload"),
+    stdlib_modules=frozenset({"argparse", "json", "os", "sys"}),
 )
 
 
@@ -52,6 +54,10 @@ class Op:
     outputs: dict[str, pathlib.Path]
     network: str = "loopback"
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    limits: object = None
+    cwd: str = ""
+    timeout_ms: int = 0
+    caps: tuple[int, int] = (0, 0)
 
 
 class FakeSession:
@@ -86,13 +92,16 @@ class FakeSession:
         self.starts += 1
         if self.starts in self.failing_starts:
             raise SandboxFailure(f"start {self.starts} failed on purpose")
-        self.open = (list(read), list(write), network)
+        self.open = (list(read), list(write), network, limits)
         return Ready(f"s{self.starts}", HEAD, ("1",) * 4, ("1",) * 4, "", 1, 0, 0, True, True, network)
 
     def run(self, argv, **op) -> OpOutcome:
         assert self.open is not None
-        read, write, network = self.open
-        record = Op(list(argv), read, write, {name: self.root / "live" / name for name in write}, network, dict(op["env"]))
+        read, write, network, limits = self.open
+        record = Op(
+            list(argv), read, write, {name: self.root / "live" / name for name in write}, network, dict(op["env"]),
+            limits, op.get("cwd", "/work"), op["timeout_ms"], (op["stdout_cap"], op["stderr_cap"]),
+        )
         self.ops.append(record)
         return self.answer(record)
 

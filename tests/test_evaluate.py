@@ -25,9 +25,11 @@ from hypothesis import strategies as st
 
 from executor.evaluate import FAIL, PASS, PROBLEMS, REASONS, UNVERIFIED, Expected, evaluate, outcome_status, publish_report
 from executor.junit import JunitCounts, PytestEvidence
-from executor.plan import Case, Plan, plan_from_bytes
+from executor.plan import Plan, plan_from_bytes
 from executor.receipts import Binding, Outcome, Receipt
 from journal.errors import Refused
+from plan_support import case as case_doc
+from plan_support import plan as make_plan
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -39,7 +41,7 @@ def demo_plan() -> Plan:
 
 def simple_plan(*ops: str) -> Plan:
     """A plan of applicable cases c0, c1, ... with the given ops, each expecting exit 0."""
-    return Plan(tuple(Case(f"c{index}", op, ("x",), 1000, True, 0) for index, op in enumerate(ops)))
+    return make_plan(*(case_doc(f"c{index}", op, ("x",), 1000, True, 0) for index, op in enumerate(ops)))
 
 
 PASSING = {"pytest": Run(pytest=junit(3)), "python-module": Run(), "console-script": Run()}
@@ -121,7 +123,7 @@ def test_not_applicable_is_only_where_the_plan_says_so(tmp_path, demo_plan):
 
 def test_a_plan_with_nothing_applicable_is_unverified(tmp_path):
     """E5 for the verdict: no applicable case means nothing was verified."""
-    plan = Plan((Case("c0", "pytest", (), 1000, False, 0),))
+    plan = make_plan(case_doc("c0", "pytest", (), 1000, False, 0))
     stage = Stage(tmp_path / "evidence", plan)
     stage.seal()
     result = judge(plan, [stage.directory])
@@ -499,7 +501,7 @@ def test_a_plan_other_than_the_one_given_is_unverified(tmp_path):
     """E1: the plan digest comes from the plan file given, never from a receipt."""
     plan = simple_plan("python-module")
     directory = build_attempt(tmp_path, plan, passing_runs(plan))[0]
-    other = Plan((Case("c0", "python-module", ("y",), 1000, True, 0),))
+    other = make_plan(case_doc("c0", "python-module", ("y",), 1000, True, 0))
     assert judge(other, [directory])["cases"]["c0"] == (UNVERIFIED, "binding_mismatch")
 
 
@@ -654,7 +656,7 @@ def test_a_pytest_case_needs_positive_evidence(tmp_path, run, reason):
 
 
 def _receipt(limit: str, wait_status: int, counts: JunitCounts | None, report: str = "read") -> Receipt:
-    binding = Binding(ATTEMPT, 1, "sha256:" + "0" * 64, "sha256:" + "0" * 64, BUNDLE, "sha256:" + "0" * 64, "sha256:" + "0" * 64, "s")
+    binding = Binding(ATTEMPT, 1, "sha256:" + "0" * 64, "sha256:" + "0" * 64, BUNDLE, "sha256:" + "0" * 64, "sha256:" + "0" * 64, None, "s")
     outcome = Outcome(limit, wait_status, 0, None, None)
     return Receipt(binding, "c0", None, outcome, PytestEvidence(report, counts), "0" * 64)
 
@@ -673,7 +675,7 @@ counts_strategy = st.builds(
 def test_junit_counts_only_ever_downgrade(exit_code, expect_exit, counts, report):
     """E5: whatever the candidate writes in its report, a FAIL never becomes a PASS, and counts never upgrade."""
     limit = "OK" if exit_code == 0 else "EXIT_NONZERO"
-    case = Case("c0", "pytest", (), 1000, True, expect_exit)
+    case = make_plan(case_doc("c0", "pytest", (), 1000, True, expect_exit)).cases[0]
     receipt = _receipt(limit, exited(exit_code), counts if report == "read" else None, report)
     status, _ = outcome_status(case, receipt)
     base = PASS if exit_code == expect_exit else FAIL
@@ -685,7 +687,7 @@ def test_junit_counts_only_ever_downgrade(exit_code, expect_exit, counts, report
 @given(limit=st.sampled_from(["TIMEOUT", "MEMORY", "PIDS", "OUTPUT", "DISK", "SIGNALLED", "NOT_STARTED"]), counts=counts_strategy)
 def test_a_limited_op_is_never_pass_whatever_its_counts(limit, counts):
     """S10/E3: a limit class is UNVERIFIED, whatever exit or counts come with it."""
-    case = Case("c0", "pytest", (), 1000, True, 0)
+    case = make_plan(case_doc("c0", "pytest", (), 1000, True, 0)).cases[0]
     assert outcome_status(case, _receipt(limit, 0 if limit != "SIGNALLED" else 9, counts))[0] == UNVERIFIED
 
 

@@ -134,11 +134,21 @@ def test_nesting_is_bounded():
         counts_from_report(deep)
 
 
-def test_the_number_of_test_cases_is_bounded(monkeypatch):
-    """E5: a report may list at most MAX_TESTCASES test cases."""
-    monkeypatch.setattr(junit, "MAX_TESTCASES", 3)
+def test_the_number_of_test_cases_is_bounded():
+    """E5: a report may list at most its cap of test cases (MAX_TESTCASES unless the plan sets another)."""
     with pytest.raises(Refused, match="more than 3"):
-        counts_from_report(suite(b"<testcase/>" * 4))
+        counts_from_report(suite(b"<testcase/>" * 4), max_testcases=3)
+    assert counts_from_report(suite(b"<testcase/>" * 3), max_testcases=3).tests == 3
+    with pytest.raises(Refused, match=f"more than {junit.MAX_TESTCASES}"):
+        counts_from_report(suite(b"<testcase/>" * (junit.MAX_TESTCASES + 1)))
+
+
+def test_the_report_size_is_bounded_by_its_cap():
+    """E5, plan v2 junit.max_bytes: a report over its byte cap is refused; a larger cap admits it."""
+    report = suite(b"<testcase/>" * 10)
+    with pytest.raises(Refused, match=f"larger than its {len(report) - 1}-byte cap"):
+        counts_from_report(report, max_bytes=len(report) - 1)
+    assert counts_from_report(report, max_bytes=len(report)).tests == 10
 
 
 def test_evidence_from_bytes_maps_absence_and_refusal():

@@ -3,6 +3,7 @@ the preparer's networked sandboxes, and end to end as root against a PEP 503 ind
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -14,15 +15,16 @@ import pytest
 from evidence_support import DESIGNED_STATUS
 from index_support import IndexServer, build_simple
 from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
-from test_resolver import wheel
+from test_resolver import leaves
 from test_verify import EXAMPLES, dedicated_processes, mounts, packed, staging_dirs, table, value
+from wheelforge import wheel
 
+from executor import inside
 from executor.environ import SANDBOX_ENV
 from executor.ownership import CASE_SERVICE, Gate, OwnershipError
 from executor.preparer import PIP_ENV, Dependencies, Preparer
-from executor.resolver import NetworkIndex, Resolution, vendored_packaging
-from executor.resolverproto import leaf
-from executor.simpleindex import JSON_TYPE, SimpleIndex, check_index_url, parse_page
+from executor.resolverproto import Pin, acks_bytes, leaf
+from executor.simpleindex import check_index_url
 from executor.staging import Staging
 from journal.errors import Refused
 from journal.files import JOURNAL_NAME
@@ -30,12 +32,10 @@ from journal.format import Kind, networked_op
 from journal.reader import read_journal
 from steward.api import HOST_NETWORK, LOOPBACK
 
-packaging = vendored_packaging()
-PAGE = "http://127.0.0.1:9/simple/lib/"
 TOKEN = "ghp_casebox_must_never_send_this_0123456789"
 
 
-# --- the URL rule and the page parser (pure) ------------------------------------------------------
+# --- the URL rule (pure) ------------------------------------------------------------------------------
 
 
 def test_a_plain_url_is_normalized_to_end_with_a_slash():
@@ -50,32 +50,7 @@ def test_anything_but_a_plain_url_is_refused(url):
         check_index_url(url, "--index")
 
 
-def test_an_html_page_gives_its_wheels_with_the_stated_hash_python_and_yank():
-    """PEP 503: relative links resolved against the page, #sha256= taken, data-requires-python unescaped,
-    data-yanked honoured; links with user information or another scheme are dropped."""
-    html = (
-        b'<a href="../../files/lib-2.0-py3-none-any.whl#sha256=' + b"AB" * 32 + b'" data-requires-python="&gt;=3.99">x</a>'
-        b'<a href="/files/lib-1.0-py3-none-any.whl" data-yanked="">y</a>'
-        b'<a href="http://user:pw@evil/lib-3.0-py3-none-any.whl">z</a>'
-        b'<a href="file:///etc/lib-4.0-py3-none-any.whl">w</a>'
-    )
-    links = parse_page(html, "text/html", PAGE)
-    assert [(link.file, link.url, link.sha256, link.requires_python, link.yanked) for link in links] == [
-        ("lib-2.0-py3-none-any.whl", "http://127.0.0.1:9/files/lib-2.0-py3-none-any.whl", "ab" * 32, ">=3.99", False),
-        ("lib-1.0-py3-none-any.whl", "http://127.0.0.1:9/files/lib-1.0-py3-none-any.whl", None, None, True),
-    ]
-
-
-def test_a_json_page_is_read_as_pep_691():
-    document = {"meta": {"api-version": "1.1"}, "name": "lib", "files": [
-        {"filename": "lib-1.0-py3-none-any.whl", "url": "lib-1.0-py3-none-any.whl", "hashes": {"sha256": "cd" * 32},
-         "requires-python": ">=3.8", "yanked": "broken"},
-    ]}
-    [link] = parse_page(json.dumps(document).encode(), f"{JSON_TYPE}; charset=utf-8", PAGE)
-    assert (link.url, link.sha256, link.requires_python, link.yanked) == (PAGE + "lib-1.0-py3-none-any.whl", "cd" * 32, ">=3.8", True)
-
-
-# --- the resolver against a loopback index, in process -----------------------------------------------
+# --- pip's resolver over HTTP, and the fetch of the ACKed pins ------------------------------------------
 
 
 @pytest.fixture
@@ -83,8 +58,6 @@ def served(tmp_path):
     """A candidate needing lib, and a find-links directory holding lib 1.0, 2.0 and base; the server is started
     by the test once it has laid out the pages it wants."""
     candidate, source = tmp_path / "candidate", tmp_path / "wheels"
-    candidate.mkdir()
-    source.mkdir()
     wheel(candidate, "demo-app", "1.0", "lib")
     wheel(source, "lib", "1.0")
     wheel(source, "lib", "2.0", "base")
@@ -92,35 +65,24 @@ def served(tmp_path):
     return candidate, source, tmp_path
 
 
-def resolve_from(server: IndexServer, candidate: pathlib.Path, scratch: pathlib.Path) -> list[dict]:
-    scratch.mkdir(exist_ok=True)
-    index = NetworkIndex(SimpleIndex(server.url, cadata=None, scratch=str(scratch)))
-    resolution = Resolution(packaging, candidate_dir=str(candidate), index=index, requirements=())
-    return [json.loads(line) for line in resolution.leaves()]
-
-
-def test_the_resolver_pins_from_a_simple_index_with_the_hash_of_the_bytes_it_read(served):
-    """Step 4 over HTTP: highest version, its own requirements, each PIN's sha256 that of the bytes served;
-    a wheel of another project linked from a page, a yanked newer one and one whose page excludes this Python
-    are never pinned or fetched."""
+def test_pip_s_resolver_pins_from_a_simple_index_with_the_hash_of_each_file(served):
+    """Step 4 over HTTP: highest version, its own requirements, each PIN's sha256 and URL those of the file
+    pip chose; a yanked newer one and one whose page excludes this Python are never pinned."""
     candidate, source, base = served
     wheel(source, "lib", "9.0")
     wheel(source, "lib", "3.0")
-    wheel(source, "evil", "1.0")
-    web = build_simple(source, base / "web", extra_links={"lib": ['<a href="../../files/evil-1.0-py3-none-any.whl">evil</a>']})
+    web = build_simple(source, base / "web")
     page = web / "simple" / "lib" / "index.html"
     html = page.read_text().replace('lib-9.0-py3-none-any.whl#', 'lib-9.0-py3-none-any.whl" data-yanked="" x="#')
     page.write_text(html.replace('<a href="../../files/lib-3.0', '<a data-requires-python="&lt;3" href="../../files/lib-3.0'))
     with IndexServer(web) as server:
-        leaves = resolve_from(server, candidate, base / "scratch")
-    pins = {leaf_["name"]: (leaf_["version"], leaf_["sha256"]) for leaf_ in leaves if leaf_["leaf"] == "PIN"}
-    assert pins == {
-        "lib": ("2.0", hashlib.sha256((source / "lib-2.0-py3-none-any.whl").read_bytes()).hexdigest()),
-        "base": ("1.0", hashlib.sha256((source / "base-1.0-py3-none-any.whl").read_bytes()).hexdigest()),
-    }
-    fetched = [path for path, _ in server.requests if path.startswith("/files/")]
-    assert fetched == ["/files/lib-2.0-py3-none-any.whl", "/files/base-1.0-py3-none-any.whl"]
-    assert os.listdir(base / "scratch") == [], "a downloaded wheel is removed once its METADATA is read"
+        found = leaves(base, candidate, server.url)
+    chosen = {leaf_["name"]: (leaf_["version"], leaf_["sha256"], leaf_["url"]) for leaf_ in found if leaf_["leaf"] == "PIN"}
+    assert {name: version for name, (version, _, _) in chosen.items()} == {"lib": "2.0", "base": "1.0"}
+    for name, (version, digest, url) in chosen.items():
+        file = f"{name}-{version}-py3-none-any.whl"
+        assert digest == hashlib.sha256((source / file).read_bytes()).hexdigest()
+        assert url.startswith(server.url.rsplit("/simple/", 1)[0] + "/files/" + file)
 
 
 def test_bytes_that_differ_from_the_hash_the_page_states_fail_the_resolution(served):
@@ -128,8 +90,8 @@ def test_bytes_that_differ_from_the_hash_the_page_states_fail_the_resolution(ser
     candidate, source, base = served
     web = build_simple(source, base / "web", stated={"lib-2.0-py3-none-any.whl": "0" * 64})
     with IndexServer(web) as server:
-        leaves = resolve_from(server, candidate, base / "scratch")
-    assert leaves[-1]["leaf"] == "FAIL" and leaves[-1]["reason"] == "index_hash"
+        found = leaves(base, candidate, server.url)
+    assert found[-1]["leaf"] == "FAIL" and found[-1]["reason"] == "index_hash"
 
 
 def test_an_unreachable_index_fails_the_resolution(served):
@@ -138,25 +100,34 @@ def test_an_unreachable_index_fails_the_resolution(served):
     web = build_simple(source, base / "web")
     with IndexServer(web) as server:
         url = server.url
-    index = NetworkIndex(SimpleIndex(url, cadata=None, scratch=str(base)))
-    leaves = [json.loads(line) for line in Resolution(packaging, candidate_dir=str(candidate), index=index, requirements=()).leaves()]
-    assert leaves[-1]["leaf"] == "FAIL" and leaves[-1]["reason"] == "index"
+    found = leaves(base, candidate, url)
+    assert found[-1]["leaf"] == "FAIL" and found[-1]["reason"] == "index"
 
 
-@pytest.mark.parametrize("location, detail", [
-    ("file:///etc/passwd", "answered HTTP 302"),
-    ("http://casebox:{token}@127.0.0.1:{port}/simple/lib/", "redirects out of http(s) or to user information"),
-])
-def test_a_redirect_out_of_http_or_to_user_information_is_never_followed(served, location, detail):
-    """The client follows redirects only to plain http(s): never to a file, never carrying user information."""
-    candidate, source, base = served
+def fetch(tmp_path, url: str, chosen: list[Pin]) -> tuple[int, pathlib.Path]:
+    """The fetch tool (executor/inside.py) over HTTP: exactly the ACKed pins into a directory of its own."""
+    acks, target = tmp_path / "pins.json", tmp_path / "deps"
+    tmp_path.mkdir()
+    acks.write_bytes(acks_bytes(chosen))
+    target.mkdir()
+    return inside.main(["fetch", str(acks), str(target), url, str(EXAMPLES / "index" / "pip-24.2-py3-none-any.whl")]), target
+
+
+def test_the_fetch_downloads_exactly_the_acked_pins_and_checks_each_hash(served):
+    """Step 4: the fetch takes each ACKed pin from the URL pip named, hashing as it writes; a file with other
+    bytes than ACKed is refused and removed (index_hash), so nothing unACKed is ever sealed."""
+    _, source, base = served
     web = build_simple(source, base / "web")
-    with IndexServer(web) as probe:
-        port = probe.port
-    with IndexServer(web, redirects={"/simple/lib/": location.format(token=TOKEN, port=port)}) as server:
-        leaves = resolve_from(server, candidate, base / "scratch")
-    assert leaves[-1]["leaf"] == "FAIL" and leaves[-1]["reason"] == "index"
-    assert detail in leaves[-1]["requirement"] and not any(TOKEN in path for path, _ in server.requests)
+    with IndexServer(web) as server:
+        root = server.url.rsplit("/simple/", 1)[0]
+        good = [Pin(1, "candidate", name, "1.0", f"{name}-1.0-py3-none-any.whl",
+                    hashlib.sha256((source / f"{name}-1.0-py3-none-any.whl").read_bytes()).hexdigest(), f"{root}/files/{name}-1.0-py3-none-any.whl")
+                for name in ("lib", "base")]
+        code, target = fetch(base / "good", server.url, good)
+        assert code == 0 and sorted(path.name for path in target.iterdir()) == ["base-1.0-py3-none-any.whl", "lib-1.0-py3-none-any.whl"]
+        forged = [dataclasses.replace(good[0], sha256="0" * 64)]
+        code, target = fetch(base / "forged", server.url, forged)
+        assert code == 1 and list(target.iterdir()) == []
 
 
 # --- the preparer: which sandboxes get the network, and with what -----------------------------------------
@@ -165,8 +136,8 @@ def test_a_redirect_out_of_http_or_to_user_information_is_never_followed(served,
 LIB = "lib-1.0-py3-none-any.whl"
 LIB_SHA = hashlib.sha256(b"lib wheel bytes").hexdigest()
 ANSWER = (
-    leaf("BEGIN", 0, protocol="casebox.resolver.v1", python="3.11.2", candidate=[{"name": "demo-app", "version": "1.0"}])
-    + leaf("PIN", 1, name="lib", version="1.0", file=LIB, sha256=LIB_SHA, required_by="demo-app")
+    leaf("BEGIN", 0, protocol="casebox.resolver.v2", python="3.11.2", candidate=[{"name": "demo-app", "version": "1.0", "modules": ["demo_app"]}])
+    + leaf("PIN", 1, tree="candidate", name="lib", version="1.0", file=LIB, sha256=LIB_SHA, url=f"http://127.0.0.1:8080/files/{LIB}")
     + leaf("END", 2, pins=1)
 )
 
@@ -191,17 +162,16 @@ def test_only_the_resolve_and_fetch_sandboxes_get_the_network_and_never_the_call
             Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=None, index_url="http://127.0.0.1:8080/simple/",
             progress=lambda line: None,
         )
-        result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=[], candidate={"demo-app": "1.0"})
+        result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=[], candidate={"demo-app": "1.0"})
     finally:
         staging.close()
         session.release()
-    assert isinstance(result, Dependencies) and result.files == (LIB,)
-    resolve, fetch = session.ops
-    assert [resolve.network, fetch.network] == [HOST_NETWORK, HOST_NETWORK]
+    assert isinstance(result, Dependencies) and result.files("candidate") == (LIB,)
+    resolve, fetched = session.ops
+    assert [resolve.network, fetched.network] == [HOST_NETWORK, HOST_NETWORK]
     assert resolve.argv[-1] == "http://127.0.0.1:8080/simple/" and "index" not in resolve.read
-    assert fetch.argv[fetch.argv.index("--index-url") + 1] == "http://127.0.0.1:8080/simple/"
-    assert {"--no-deps", "--only-binary=:all:", "--require-hashes"} <= set(fetch.argv) and "--no-index" not in fetch.argv
-    assert resolve.env == fetch.env == {**SANDBOX_ENV, **PIP_ENV}
+    assert fetched.argv[-2] == "http://127.0.0.1:8080/simple/" and "index" not in fetched.read
+    assert resolve.env == fetched.env == {**SANDBOX_ENV, **PIP_ENV}
     assert preparer.networked == ["s", "s"]
 
 
@@ -431,27 +401,27 @@ def unresolved_notes(result) -> str:
     stdout = result.stdout.decode()
     assert result.returncode == 3, stdout + result.stderr.decode()
     statuses = {row[:2] for case, row in table(stdout).items() if case != "not-applicable"}
-    assert statuses == {("UNVERIFIED", "dependencies_unresolved")}
+    assert len(statuses) == 1 and statuses.pop()[0] == "UNVERIFIED"
     return stdout
 
 
 @pytest.mark.root
 def test_an_index_serving_bytes_other_than_its_page_states_leaves_every_case_unverified(world, casebox, tmp_path):
-    """index_hash: the resolver refuses a wheel whose bytes differ from the sha256 its page states."""
+    """index_hash: pip's resolver refuses a wheel whose bytes differ from the sha256 its page states."""
     _, config = world
-    six = "six-1.17.0-py2.py3-none-any.whl"
+    six = "pluggy-1.5.0-py3-none-any.whl"
     web = build_simple(EXAMPLES / "index", tmp_path / "web", stated={six: "1" * 64})
     with IndexServer(web) as server:
         stdout = unresolved_notes(verify_url(casebox, config, tmp_path, server.url, "url-hash-1"))
-    assert "dependencies unresolved (index_hash)" in stdout and six in stdout
+    assert "dependencies unresolved (index_hash)" in stdout
 
 
 @pytest.mark.root
 def test_an_index_that_serves_the_fetch_another_wheel_than_the_resolver_leaves_every_case_unverified(world, casebox, tmp_path):
-    """The fetch is pinned to what the preparer ACKed: an index that answers pip with other bytes for the same
-    file than it gave the resolver fails pip's --require-hashes (fetch_failed); nothing else is installed."""
+    """The fetch is pinned to what the preparer ACKed: an index that answers the fetch with other bytes for the
+    same file than it gave pip's resolver fails the fetch's hash check (fetch_failed); nothing else is installed."""
     _, config = world
     web = build_simple(EXAMPLES / "index", tmp_path / "web")
-    with IndexServer(web, swap_for_pip={"/files/six-1.17.0-py2.py3-none-any.whl": b"PK\x05\x06" + bytes(18)}) as server:
+    with IndexServer(web, swap_for_fetch={"/files/pluggy-1.5.0-py3-none-any.whl": b"PK\x05\x06" + bytes(18)}) as server:
         stdout = unresolved_notes(verify_url(casebox, config, tmp_path, server.url, "url-swap-1"))
     assert "dependencies unresolved (fetch_failed)" in stdout

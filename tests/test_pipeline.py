@@ -11,25 +11,36 @@ import pytest
 from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
 
 from executor import pack
-from executor.caseservice import CASE_ENV, SITE_PATH, Blocked, CaseService, case_argv, check_materializable
+from executor.caseservice import (
+    RUNNER_BOOT,
+    RUNNER_PATH,
+    SITE_PATH,
+    Blocked,
+    CaseService,
+    Extraction,
+    Trees,
+    case_argv,
+    case_env,
+    check_materializable,
+)
 from executor.evaluate import outcome_status
 from executor.junit import MISSING, READ
 from executor.ownership import Gate, OwnershipError
-from executor.plan import Case, Plan
+
 from executor.preparer import Dependencies, Preparer, Unresolved
-from executor.receipts import STEP_DEPENDENCIES, receipt_from_bytes
-from executor.resolverproto import leaf
+from executor.receipts import STEP_DEPENDENCIES, STEP_INSTALL, STEP_RUNNER, receipt_from_bytes
+from executor.resolverproto import acks_from_bytes, leaf
 from executor.staging import Staging
 from journal.errors import Refused
+from plan_support import case as case_doc
+from plan_support import plan as make_plan
 
 JUNIT = b'<testsuites><testsuite name="t"><testcase name="a"/><testcase name="b"/></testsuite></testsuites>'
-PLAN = Plan(
-    (
-        Case("c0", "pytest", ("tests/test_x.py",), 1000, True, 0),
-        Case("c1", "python-module", ("demo_app",), 1000, True, 0),
-        Case("c2", "console-script", ("demo-app", "--flag"), 1000, True, 0),
-        Case("c3", "pytest", (), 1000, False, 0),
-    )
+PLAN = make_plan(
+    case_doc("c0", "pytest", ("tests/test_x.py",), 1000, True, 0),
+    case_doc("c1", "python-module", ("demo_app",), 1000, True, 0),
+    case_doc("c2", "console-script", ("demo-app", "--flag"), 1000, True, 0),
+    case_doc("c3", "pytest", (), 1000, False, 0),
 )
 CASES = list(enumerate(PLAN.cases))
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -42,8 +53,11 @@ def staging():
     place.close()
 
 
-def service_for(session) -> CaseService:
-    return CaseService(Gate(session), session, runtime=RUNTIME, progress=lambda line: None)
+READY = Trees(site="site", runner="runner")
+
+
+def service_for(session, plan=PLAN) -> CaseService:
+    return CaseService(Gate(session), session, runtime=RUNTIME, plan=plan, progress=lambda line: None)
 
 
 def receipts(session) -> dict:
@@ -54,22 +68,64 @@ def receipts(session) -> dict:
 
 
 def test_each_op_is_materialized_as_docs_plan_says():
-    """S7: the plan's op, exactly, with no shell; -S keeps the host's site-packages out; pytest writes its junit report."""
+    """S7, E7: the plan's op, exactly, with no shell; -S keeps the host's site-packages out; pytest is the runner's,
+    started by the boot that makes it non-dumpable, loading only the plan's plugins, writing its junit report."""
     assert case_argv("/usr/bin/python3.11", PLAN.cases[1], None) == ["/usr/bin/python3.11", "-S", "-m", "demo_app"]
     assert case_argv("/usr/bin/python3.11", PLAN.cases[2], None) == ["/usr/bin/python3.11", "-S", f"{SITE_PATH}/bin/demo-app", "--flag"]
-    assert case_argv("/usr/bin/python3.11", PLAN.cases[0], "/out/junit-0/junit.xml") == [
-        "/usr/bin/python3.11", "-S", "-m", "pytest", "--junitxml=/out/junit-0/junit.xml", "tests/test_x.py",
+    assert case_argv("/usr/bin/python3.11", PLAN.cases[0], "/out/junit-0/junit.xml", ("_hypothesis_pytestplugin",)) == [
+        "/usr/bin/python3.11", "-S", "-c", RUNNER_BOOT, "--junitxml=/out/junit-0/junit.xml",
+        "-p", "_hypothesis_pytestplugin", "tests/test_x.py",
     ]
-    assert CASE_ENV["PYTHONPATH"] == SITE_PATH and "GIT_DIR" not in CASE_ENV
+    assert "prctl(4, 0" in RUNNER_BOOT and "run_module('pytest'" in RUNNER_BOOT
+
+
+def test_the_search_path_is_the_stdlib_then_the_runner_then_the_candidate():
+    """E7: PYTHONPATH starts with the runtime's own standard library, so no tree can shadow it; the runner comes
+    before the candidate; plugin autoload is off for every op; no host or git variable passes."""
+    env = case_env(RUNTIME, PLAN.cases[0])
+    assert env["PYTHONPATH"].split(":") == [*RUNTIME.stdlib_path, RUNNER_PATH, SITE_PATH]
+    assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    module = case_env(RUNTIME, PLAN.cases[1])
+    assert module["PYTHONPATH"].split(":") == [*RUNTIME.stdlib_path, SITE_PATH] and module["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert not any(name.startswith(("GIT_", "PIP_")) for name in env)
+
+
+def test_a_v2_case_gets_its_own_limits_and_allowlisted_environment(tmp_path):
+    """Plan v2: per case memory, pids, tmp, output and timeout, and env names from the allowlist, reach the op."""
+    from plan_support import plan_v2
+
+    plan = plan_v2(
+        {"id": "m", "op": "python-module", "args": ["demo_app"], "applicable": True, "expect_exit": 0, "env": {"TZ": "UTC"},
+         "limits": {"memory_mb": 1024, "pids": 300, "tmp_mb": 32, "output_kib": 8, "timeout_ms": 5000}},
+    )
+    session = FakeSession(tmp_path / "s")
+    service_for(session, plan).run_cases(list(enumerate(plan.cases)), BINDING, READY)
+    [op] = session.ops
+    assert op.env["TZ"] == "UTC" and op.limits.memory_bytes == 1024 << 20 and op.limits.processes == 300
+    assert op.limits.tmp_bytes == 32 << 20 and op.caps == (8192, 8192) and op.timeout_ms == 5000
+
+
+def test_a_verifier_tree_mounted_under_its_name_runs_from_its_parent(tmp_path):
+    """Plan v2 verifier.mount: a tree handed in as ``tests`` is /cap/tests, and the cases run in /cap, so it
+    imports as ``tests``; v1 keeps the tree itself as the working directory."""
+    from plan_support import plan_v2
+
+    plan = plan_v2({"id": "p", "op": "pytest", "args": ["tests"], "applicable": True, "expect_exit": 0}, verifier={"mount": "tests"})
+    session = FakeSession(tmp_path / "s")
+    service_for(session, plan).run_cases(list(enumerate(plan.cases)), BINDING, READY)
+    assert session.ops[0].read == ["site", "tests", "runner"] and session.ops[0].cwd == "/cap"
+    session = FakeSession(tmp_path / "v1")
+    service_for(session).run_cases(CASES[1:2], BINDING, READY)
+    assert session.ops[0].read == ["site", "verifier"] and session.ops[0].cwd == "/cap/verifier"
 
 
 @pytest.mark.parametrize(
-    "case", [Case("m", "python-module", (), 1, True, 0), Case("s", "console-script", ("../bin/x",), 1, True, 0), Case("e", "console-script", (), 1, True, 0)]
+    "case", [case_doc("m", "python-module", (), 1, True, 0), case_doc("s", "console-script", ("../bin/x",), 1, True, 0), case_doc("e", "console-script", (), 1, True, 0)]
 )
 def test_an_op_that_cannot_be_materialized_is_refused(case):
     """F1: a python-module needs its module, a console-script a plain script name; refused naming the field."""
     with pytest.raises(Refused, match=r"\$\.cases\[0\]\.args"):
-        check_materializable(Plan((case,)))
+        check_materializable(make_plan(case))
 
 
 # --- E6: no fail-fast ---------------------------------------------------------------------------
@@ -79,12 +135,12 @@ def test_every_case_gets_a_receipt_whatever_happened_before_it(tmp_path):
     """E6: a timed-out case, a sandbox that failed to start and a failing exit stop nothing; N/A is not run."""
 
     def answer(op):
-        if "pytest" in op.argv:
+        if RUNNER_BOOT in op.argv:
             return outcome("s1.op-1", limit="TIMEOUT", wait_status=9)
         return outcome("s3.op-1", limit="EXIT_NONZERO", wait_status=1 << 8)
 
     session = FakeSession(tmp_path / "s", answer, failing_starts={2})
-    runs = service_for(session).run_cases(CASES, BINDING, None)
+    runs = service_for(session).run_cases(CASES, BINDING, READY)
     found = receipts(session)
     assert [run.case_id for run in runs] == ["c0", "c1", "c2"] and set(found) == {"c0", "c1", "c2"}
     assert found["c0"].outcome.limit == "TIMEOUT" and found["c0"].pytest.report == MISSING
@@ -97,7 +153,7 @@ def test_every_case_gets_a_receipt_whatever_happened_before_it(tmp_path):
 def test_a_blocked_attempt_gives_every_case_a_receipt_that_says_why(tmp_path):
     """E6, C1: when the dependencies could not be resolved no case runs, and each says so, with no process."""
     session = FakeSession(tmp_path / "s")
-    service_for(session).run_cases(CASES, BINDING, Blocked(STEP_DEPENDENCIES, "no wheel of six"))
+    service_for(session).run_cases(CASES, BINDING, Trees(blocked=Blocked(STEP_DEPENDENCIES, "no wheel of six")))
     found = receipts(session)
     assert set(found) == {"c0", "c1", "c2"} and session.ops == []
     for case in PLAN.cases[:3]:
@@ -105,6 +161,15 @@ def test_a_blocked_attempt_gives_every_case_a_receipt_that_says_why(tmp_path):
         assert receipt.process is None and receipt.outcome.wait_status is None
         assert outcome_status(case, receipt) == ("UNVERIFIED", "dependencies_unresolved")
     assert found["c0"].pytest.report == MISSING
+
+
+def test_a_runner_that_could_not_be_prepared_blocks_only_the_pytest_cases(tmp_path):
+    """E6, E7: without the runner no pytest case can run (runner_failed); the other cases still run."""
+    session = FakeSession(tmp_path / "s")
+    service_for(session).run_cases(CASES, BINDING, Trees(site="site", runner_blocked=Blocked(STEP_RUNNER, "no runner")))
+    found = receipts(session)
+    assert outcome_status(PLAN.cases[0], found["c0"]) == ("UNVERIFIED", "runner_failed")
+    assert found["c1"].process is not None and found["c2"].process is not None and len(session.ops) == 2
 
 
 def test_a_pytest_case_reads_its_junit_report_from_its_own_sealed_output(tmp_path):
@@ -115,10 +180,10 @@ def test_a_pytest_case_reads_its_junit_report_from_its_own_sealed_output(tmp_pat
         return outcome()
 
     session = FakeSession(tmp_path / "s", answer)
-    service_for(session).run_cases(CASES[:1], BINDING, None)
+    service_for(session).run_cases(CASES[:1], BINDING, READY)
     receipt = receipts(session)["c0"]
     assert receipt.pytest.report == READ and receipt.pytest.counts.tests == 2
-    assert session.ops[0].write == ["junit-0"] and session.ops[0].read == ["site", "verifier"]
+    assert session.ops[0].write == ["junit-0"] and session.ops[0].read == ["site", "verifier", "runner"]
     assert (tmp_path / "s" / "sealed" / "junit-0" / "junit.xml").exists()
 
 
@@ -126,9 +191,9 @@ def test_the_case_service_owns_the_sandbox_right(tmp_path):
     """C9: once the case service holds the sandbox right, nobody else gets it."""
     session = FakeSession(tmp_path / "s")
     gate = Gate(session)
-    CaseService(gate, session, runtime=RUNTIME, progress=lambda line: None)
+    CaseService(gate, session, runtime=RUNTIME, plan=PLAN, progress=lambda line: None)
     with pytest.raises(OwnershipError):
-        CaseService(gate, session, runtime=RUNTIME, progress=lambda line: None)
+        CaseService(gate, session, runtime=RUNTIME, plan=PLAN, progress=lambda line: None)
 
 
 # --- the dependency preparer ----------------------------------------------------------------------
@@ -145,8 +210,19 @@ def index(tmp_path):
 
 
 LIB_SHA = hashlib.sha256(b"lib wheel bytes").hexdigest()
-BEGIN = leaf("BEGIN", 0, protocol="casebox.resolver.v1", python="3.11.2", candidate=[{"name": "demo-app", "version": "1.0"}])
-PIN = leaf("PIN", 1, name="lib", version="1.0", file="lib-1.0-py3-none-any.whl", sha256=LIB_SHA, required_by="demo-app")
+
+
+def begin(*modules: str) -> bytes:
+    return leaf("BEGIN", 0, protocol="casebox.resolver.v2", python="3.11.2", candidate=[{"name": "demo-app", "version": "1.0", "modules": list(modules)}])
+
+
+def pin(seq: int = 1, tree: str = "candidate", name: str = "lib") -> bytes:
+    file = f"{name.replace('-', '_')}-1.0-py3-none-any.whl"
+    return leaf("PIN", seq, tree=tree, name=name, version="1.0", file=file, sha256=LIB_SHA, url=f"file:///cap/index/{file}")
+
+
+BEGIN = begin("demo_app")
+PIN = pin()
 END = leaf("END", 2, pins=1)
 
 
@@ -160,7 +236,7 @@ def prepare(tmp_path, staging, index, resolve_stdout: bytes, fetched: dict[str, 
 
     session = FakeSession(tmp_path / "s", answer)
     preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
-    result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=["pytest"], candidate={"demo-app": "1.0"})
+    result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=["pytest"], candidate={"demo-app": "1.0"})
     session.release()
     return result, session
 
@@ -168,13 +244,30 @@ def prepare(tmp_path, staging, index, resolve_stdout: bytes, fetched: dict[str, 
 def test_accepted_pins_are_fetched_and_sealed(tmp_path, staging, index):
     """Step 4: the ACKed pins become the fetch op's capability; the sealed output holds exactly them."""
     result, session = prepare(tmp_path, staging, index, BEGIN + PIN + END, {"lib-1.0-py3-none-any.whl": b"lib wheel bytes"})
-    assert isinstance(result, Dependencies) and result.files == ("lib-1.0-py3-none-any.whl",)
+    assert isinstance(result, Dependencies) and result.files("candidate") == ("lib-1.0-py3-none-any.whl",)
+    assert result.files("runner") == () and result.modules == {"demo-app": ("demo_app",)}
     fetch = session.ops[1]
-    assert fetch.read == ["tools", "index", "request", "pins"] and fetch.write == ["deps"]
-    assert fetch.argv[6:9] == ["pip", f"/cap/request/{RUNTIME.installer.file}", "download"] and "--require-hashes" in fetch.argv
-    assert {"--no-deps", "--only-binary=:all:", "--no-index"} <= set(fetch.argv)
-    with open(os.path.join(staging.path, "pins", "requirements.txt")) as requirements:
-        assert requirements.read() == f"lib==1.0 --hash=sha256:{LIB_SHA}\n"
+    assert fetch.read == ["tools", "request", "pins", "index"] and fetch.write == ["deps"]
+    assert fetch.argv[6:] == ["fetch", "/cap/pins/pins.json", "/out/deps", "/cap/index", f"/cap/request/{RUNTIME.installer.file}"]
+    with open(os.path.join(staging.path, "pins", "pins.json"), "rb") as acks:
+        assert [(found.tree, found.file, found.sha256) for found in acks_from_bytes(acks.read())] == [("candidate", "lib-1.0-py3-none-any.whl", LIB_SHA)]
+
+
+@pytest.mark.parametrize(
+    "answer, code, named",
+    [
+        (begin("demo_app") + pin(1, "runner", "demo-app") + leaf("END", 2, pins=1),
+         "candidate_shadows_runner", "ships demo-app"),
+        (begin("demo_app", "argparse") + leaf("END", 1, pins=0), "candidate_shadows_stdlib", "argparse"),
+    ],
+)
+def test_a_candidate_that_stands_in_for_the_runner_or_the_stdlib_is_refused_before_any_fetch(tmp_path, staging, index, answer, code, named):
+    """E7: a candidate project the runner's closure holds, or a candidate module named like a stdlib module,
+    ends the attempt UNVERIFIED with the code; nothing is fetched or installed."""
+    (index[0] / "demo_app-1.0-py3-none-any.whl").write_bytes(b"lib wheel bytes")
+    result, session = prepare(tmp_path, staging, index, answer)
+    assert isinstance(result, Unresolved) and result.code == code and named in result.sentence
+    assert len(session.ops) == 1
 
 
 @pytest.mark.parametrize(
@@ -208,7 +301,7 @@ def test_a_resolver_that_fails_leaves_the_dependencies_unresolved(tmp_path, stag
 
     session = FakeSession(tmp_path / "s", answer)
     preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
-    result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=[], candidate={"demo-app": "1.0"})
+    result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=[], candidate={"demo-app": "1.0"})
     session.release()
     assert isinstance(result, Unresolved) and result.code == "resolver_failed"
 
@@ -222,13 +315,13 @@ def test_a_resolver_output_cut_by_its_cap_is_never_accepted(tmp_path, staging, i
 
     session = FakeSession(tmp_path / "s", answer)
     preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
-    result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=[], candidate={"demo-app": "1.0"})
+    result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=[], candidate={"demo-app": "1.0"})
     session.release()
     assert isinstance(result, Unresolved) and result.code == "incomplete"
 
 
 def test_a_fetch_that_fails_leaves_the_dependencies_unresolved(tmp_path, staging, index):
-    """Step 4: pip download ending nonzero is fetch_failed, named as such, never read as an empty fetch."""
+    """Step 4: a fetch op ending nonzero is fetch_failed, named as such, never read as an empty fetch."""
 
     def answer(op):
         if "resolve" in op.argv:
@@ -237,7 +330,7 @@ def test_a_fetch_that_fails_leaves_the_dependencies_unresolved(tmp_path, staging
 
     session = FakeSession(tmp_path / "s", answer)
     preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
-    result = preparer.prepare(plan_digest=BINDING.plan_digest, requirements=[], candidate={"demo-app": "1.0"})
+    result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=[], candidate={"demo-app": "1.0"})
     session.release()
     assert isinstance(result, Unresolved) and result.code == "fetch_failed" and "EXIT_NONZERO" in result.sentence
 
@@ -357,16 +450,73 @@ def test_a_sealed_extraction_holding_a_file_that_is_no_wheel_blocks_every_case(t
 
 def test_an_install_that_fails_blocks_every_case_and_seals_nothing(tmp_path):
     """E6, step 5: a failed install is a Blocked step that every case's receipt names; the site is never sealed."""
-    from executor.caseservice import Extraction
-    from executor.receipts import STEP_INSTALL
-    from steward.api import Sealed
-
     session = FakeSession(tmp_path / "s", lambda op: outcome(limit="EXIT_NONZERO", wait_status=1 << 8))
-    sealed = Sealed("candidate", "sha256:" + "1" * 64, 1, 1, 1)
-    extraction = Extraction(sealed, "sha256:" + "2" * 64, ("demo_app-1.0-py3-none-any.whl",))
-    blocked = service_for(session).install(extraction, Dependencies(dataclasses.replace(sealed, name="deps"), ()))
-    assert isinstance(blocked, Blocked) and blocked.step == STEP_INSTALL and "pip install failed" in blocked.sentence
+    trees = service_for(session).install(EXTRACTION, Dependencies(DEPS_SEALED, ()), runner=False)
+    assert trees.blocked.step == STEP_INSTALL and "pip install of the candidate and its dependencies failed" in trees.blocked.sentence
     assert not (tmp_path / "s" / "sealed" / "site").exists()
+
+
+def _installed(outputs: dict[str, dict[str, str]]):
+    """An install op's answer: write these files into the output it was given."""
+
+    def answer(op):
+        for output, files in outputs.items():
+            if output in op.outputs:
+                for name, data in files.items():
+                    (op.outputs[output] / name).parent.mkdir(parents=True, exist_ok=True)
+                    (op.outputs[output] / name).write_text(data)
+        return outcome()
+
+    return answer
+
+
+def test_the_runner_and_the_candidate_are_installed_and_sealed_apart(tmp_path):
+    """E7: two installs, two sealed trees; the runner from its own pins only, the candidate from its wheels and
+    its pins; the runner's tree is never writable while the candidate's wheels are installed."""
+    from executor.resolverproto import Pin
+
+    pins = (Pin(1, "runner", "pytest", "8.3.5", "pytest-8.3.5-py3-none-any.whl", LIB_SHA, "u"),
+            Pin(2, "candidate", "lib", "1.0", "lib-1.0-py3-none-any.whl", LIB_SHA, "u"))
+    answer = _installed({"runner": {"pytest/__init__.py": "", "_pytest/__init__.py": ""}, "site": {"demo_app/__init__.py": ""}})
+    session = FakeSession(tmp_path / "s", answer)
+    trees = service_for(session).install(EXTRACTION, Dependencies(DEPS_SEALED, pins, {"demo-app": ("demo_app",)}), runner=True)
+    assert trees.blocked is None and trees.runner_blocked is None and trees.runner.name == "runner" and trees.site.name == "site"
+    runner, site = session.ops
+    assert runner.write == ["runner"] and "candidate" not in runner.read and "/cap/deps/pytest-8.3.5-py3-none-any.whl" in runner.argv
+    assert site.write == ["site"] and "runner" not in site.read
+    assert "/cap/candidate/candidate/demo_app-1.0-py3-none-any.whl" in site.argv and "/cap/deps/lib-1.0-py3-none-any.whl" in site.argv
+
+
+@pytest.mark.parametrize(
+    "runner_files, site_files, code",
+    [
+        ({"_pytest/__init__.py": ""}, {"demo_app/__init__.py": ""}, "candidate_shadows_runner"),
+        ({"pytest/__init__.py": ""}, {"demo_app/__init__.py": "", "json/__init__.py": ""}, "candidate_shadows_stdlib"),
+    ],
+)
+def test_the_sealed_trees_listing_applies_the_shadowing_rule(tmp_path, runner_files, site_files, code):
+    """E7: a candidate module named like one the sealed runner holds, or a stdlib module found in the sealed
+    candidate tree (whatever the resolver said), blocks every case with its code."""
+    modules = {"demo-app": ("demo_app", "_pytest")}
+    answer = _installed({"runner": runner_files, "site": site_files})
+    session = FakeSession(tmp_path / "s", answer)
+    trees = service_for(session).install(EXTRACTION, Dependencies(DEPS_SEALED, (), modules), runner=True)
+    assert trees.blocked is not None and trees.blocked.step == code
+
+
+def test_a_plugin_the_plan_names_loads_from_the_runner_by_its_entry_point_or_module(tmp_path):
+    """E7: plugins load by name from the runner: a pytest11 entry point's module, or a runner module; a plugin the
+    runner does not hold blocks the pytest cases (runner_failed), never falls through to the candidate."""
+    from plan_support import plan_v2
+
+    entry = "[pytest11]\nhypothesispytest = _hypothesis_pytestplugin\n"
+    files = {"_hypothesis_pytestplugin.py": "", "hypothesis/__init__.py": "", "hypothesis-6.0.dist-info/entry_points.txt": entry}
+    for plugins, expected, blocked in [(["hypothesispytest"], ("_hypothesis_pytestplugin",), False), (["hypothesis"], ("hypothesis",), False),
+                                        (["demo_app"], (), True)]:
+        plan = plan_v2({"id": "p", "op": "pytest", "args": [], "applicable": True, "expect_exit": 0}, plugins=plugins)
+        session = FakeSession(tmp_path / f"s-{plugins[0]}", _installed({"runner": files, "site": {"demo_app/__init__.py": ""}}))
+        trees = service_for(session, plan).install(EXTRACTION, Dependencies(DEPS_SEALED, (), {}), runner=True)
+        assert trees.plugins == expected and (trees.runner_blocked is not None) == blocked
 
 
 def test_a_junit_output_that_cannot_be_sealed_is_a_refused_report_and_the_next_cases_still_run(tmp_path):
@@ -381,9 +531,19 @@ def test_a_junit_output_that_cannot_be_sealed_is_a_refused_report_and_the_next_c
         return sealing(name)
 
     session.seal_output = seal_output
-    runs = service_for(session).run_cases(CASES, BINDING, None)
+    runs = service_for(session).run_cases(CASES, BINDING, READY)
     assert [run.case_id for run in runs] == ["c0", "c1", "c2"]
     assert receipts(session)["c0"].pytest.report == "refused"
+
+
+def _sealed(name: str):
+    from steward.api import Sealed
+
+    return Sealed(name, "sha256:" + "1" * 64, 1, 1, 1)
+
+
+EXTRACTION = Extraction(_sealed("candidate"), "sha256:" + "2" * 64, ("demo_app-1.0-py3-none-any.whl",))
+DEPS_SEALED = _sealed("deps")
 
 
 def wheel_bytes() -> bytes:

@@ -1,4 +1,4 @@
-"""Case plan v1 (docs/plan.md): closed schema, canonical digest, and `casebox plan check`
+"""Case plans v1 and v2 (docs/plan.md): closed schema, canonical digest, and `casebox plan check`
 from outside (D1, D2, F1)."""
 
 from __future__ import annotations
@@ -186,7 +186,8 @@ HOSTILE = {
     "top-level array": (b"[]", "at $: must be an object, not an array"),
     "top-level string": (b'"plan"', "must be an object, not a string"),
     "schema as integer": (encode({"schema": 1, "cases": [case()]}), "$.schema: must be a string, not an integer"),
-    "schema v2": (encode({"schema": "casebox.plan.v2", "cases": [case()]}), "$.schema: must be 'casebox.plan.v1'"),
+    "schema v3": (encode({"schema": "casebox.plan.v3", "cases": [case()]}), "$.schema: must be 'casebox.plan.v1' or 'casebox.plan.v2'"),
+    "v2 field in a v1 plan": (encode({**plan(), "runner": ["pytest"]}), "$.runner: is not a known field"),
     "cases as object": (encode({"schema": "casebox.plan.v1", "cases": {}}), "$.cases: must be an array"),
     "case as array": (encode({"schema": "casebox.plan.v1", "cases": [[]]}), "$.cases[0]: must be an object"),
     "id as integer": (with_case(case_id=7), "$.cases[0].id: must be a string, not an integer"),
@@ -240,6 +241,95 @@ def test_hostile_plan_is_exit_64_with_one_sentence(casebox, tmp_path, name):
     path.write_bytes(data)
     sentence = casebox.refused("plan", "check", str(path), naming=naming)
     assert sentence.startswith(f"{path} at $")
+
+
+def case_v2(case_id: str = "c", **fields) -> dict:
+    entry = {"id": case_id, "op": "pytest", "args": ["tests/test_x.py"], "applicable": True, "expect_exit": 0}
+    entry.update(fields)
+    return entry
+
+
+def plan_v2(*cases: dict, **settings) -> dict:
+    return {"schema": "casebox.plan.v2", **settings, "cases": list(cases) or [case_v2()]}
+
+
+HOSTILE_V2 = {
+    "v1 timeout in a v2 case": (encode(plan_v2(case_v2(timeout_ms=5))), "$.cases[0].timeout_ms: is not a known field"),
+    "unknown limit": (encode(plan_v2(case_v2(limits={"cpu": 1}))), "$.cases[0].limits.cpu: is not a known field"),
+    "memory 8 MiB": (encode(plan_v2(case_v2(limits={"memory_mb": 8}))), "$.cases[0].limits.memory_mb: must be from 16 to 16384, not 8"),
+    "pids 0": (encode(plan_v2(case_v2(limits={"pids": 0}))), "$.cases[0].limits.pids: must be from 1 to 4096, not 0"),
+    "output over the cap": (encode(plan_v2(case_v2(limits={"output_kib": 257}))), "$.cases[0].limits.output_kib: must be from 1 to 256"),
+    "limit as string": (encode(plan_v2(case_v2(limits={"tmp_mb": "64"}))), "$.cases[0].limits.tmp_mb: must be an integer, not a string"),
+    "env GIT_DIR": (encode(plan_v2(case_v2(env={"GIT_DIR": "/x"}))), "$.cases[0].env.GIT_DIR: is not a case environment name"),
+    "env token": (encode(plan_v2(case_v2(env={"GITHUB_TOKEN": "x"}))), "$.cases[0].env.GITHUB_TOKEN: is not a case environment name"),
+    "env PYTHONPATH": (encode(plan_v2(case_v2(env={"PYTHONPATH": "/x"}))), "$.cases[0].env.PYTHONPATH: is not a case environment name"),
+    "env PYTEST_PLUGINS": (encode(plan_v2(case_v2(env={"PYTEST_PLUGINS": "x"}))), "$.cases[0].env.PYTEST_PLUGINS: is not"),
+    "env value not a string": (encode(plan_v2(case_v2(env={"TZ": 1}))), "$.cases[0].env.TZ: must be a string"),
+    "env value with NUL": (encode(plan_v2(case_v2(env={"TZ": "a\x00"}))), "$.cases[0].env.TZ: must not contain NUL"),
+    "runner direct URL": (encode(plan_v2(runner=["pytest @ http://127.0.0.1/pytest.whl"])), "$.runner[0]: names a direct URL"),
+    "runner not a requirement": (encode(plan_v2(runner=["-r requirements.txt"])), "$.runner[0]: must be a PEP 508 requirement"),
+    "runner empty": (encode(plan_v2(runner=[])), "$.runner: must hold 1 to 32 items, not 0"),
+    "plugin twice": (encode(plan_v2(plugins=["a", "a"])), "$.plugins: names a plugin twice"),
+    "plugin with a colon": (encode(plan_v2(plugins=["no:cacheprovider"])), "$.plugins[0]: must be a plugin name"),
+    "mount reserved": (encode(plan_v2(verifier={"mount": "site"})), "$.verifier.mount: is one of casebox's own capability names"),
+    "mount with a slash": (encode(plan_v2(verifier={"mount": "a/b"})), "$.verifier.mount: must be a directory name"),
+    "unknown verifier field": (encode(plan_v2(verifier={"mount": "tests", "path": "x"})), "$.verifier.path: is not a known field"),
+    "junit over its bound": (encode(plan_v2(junit={"max_bytes": 1 << 30})), "$.junit.max_bytes: must be from 4096 to 67108864"),
+    "unknown junit field": (encode(plan_v2(junit={"depth": 9})), "$.junit.depth: is not a known field"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_V2))
+def test_hostile_v2_plan_is_exit_64_with_one_sentence(casebox, tmp_path, name):
+    """D1/F1, E7, S7: every v2 setting is closed and bounded; env names come from the allowlist only."""
+    data, naming = HOSTILE_V2[name]
+    path = tmp_path / "plan.json"
+    path.write_bytes(data)
+    casebox.refused("plan", "check", str(path), naming=naming)
+
+
+def test_a_v2_plan_reads_its_settings_and_fills_the_defaults():
+    """Plan v2: the runner, plugins, mount, junit caps, per case limits and env; what is absent is the default."""
+    from executor.plan import DEFAULT_JUNIT, LIMIT_BOUNDS
+
+    checked = plan_from_bytes(encode(plan_v2(
+        case_v2("a", env={"TZ": "UTC", "PYTHONHASHSEED": "0"}, limits={"memory_mb": 2048, "timeout_ms": 9}), case_v2("b"),
+        runner=["pytest>=8", "hypothesis"], plugins=["hypothesis"], verifier={"mount": "tests"}, junit={"max_testcases": 50_000},
+    )))
+    assert checked.runner == ("pytest>=8", "hypothesis") and checked.plugins == ("hypothesis",) and checked.mount == "tests"
+    assert checked.junit == DEFAULT_JUNIT._replace(max_testcases=50_000)
+    first, second = checked.cases
+    assert first.env == (("PYTHONHASHSEED", "0"), ("TZ", "UTC")) and first.limits.memory_mb == 2048 and first.timeout_ms == 9
+    assert second.limits == tuple(default for _, _, default in LIMIT_BOUNDS.values()) and second.env == ()
+
+
+def test_a_v1_plan_is_a_v2_plan_whose_runner_is_pytest(repo):
+    """A v1 plan keeps working unchanged, and its digest stays that of its own document."""
+    checked = plan_from_bytes((repo / REPO_PLAN).read_bytes())
+    assert checked.runner == ("pytest",) and checked.plugins == () and checked.mount is None
+    assert checked.digest == independent_digest(json.loads((repo / REPO_PLAN).read_bytes()))
+
+
+def test_the_default_limits_are_the_sandbox_s_own():
+    """One source of each default: a case without limits gets exactly the sandbox's defaults (steward.api.Limits)."""
+    from executor.caseservice import case_limits
+    from executor.plan import LIMIT_BOUNDS
+    from steward.api import Limits
+
+    from launcher.protocol import MAX_OUTPUT_CAP
+
+    checked = plan_from_bytes(encode(plan_v2()))
+    assert case_limits(checked.cases[0]) == Limits()
+    assert LIMIT_BOUNDS["output_kib"][2] << 10 == MAX_OUTPUT_CAP
+
+
+def test_the_reserved_mount_names_are_every_name_the_pipeline_hands_in():
+    """The verifier's mount may not take a capability name casebox uses itself (one list, checked here)."""
+    from executor import caseservice, preparer
+    from executor.plan import RESERVED_MOUNTS
+
+    used = {caseservice.CANDIDATE, caseservice.SITE, caseservice.RUNNER, preparer.DEPS, preparer.REQUEST, preparer.PINS}
+    assert used | {"bundle", "tools", "index"} == set(RESERVED_MOUNTS)
 
 
 def test_the_depth_and_node_plans_sit_exactly_on_the_limits():

@@ -38,6 +38,7 @@ BINDING = Binding(
     bundle_sha256="3" * 64,
     dependency_inventory_digest="sha256:" + "4" * 64,
     runtime_inventory_digest="sha256:" + "5" * 64,
+    runner_inventory_digest="sha256:" + "6" * 64,
     stage_id="stage-1",
 )
 PROCESS = ProcessIdentity("op-3", 4242, 987654, 4242)
@@ -156,7 +157,7 @@ REFUSALS = [
     ("bool for a count", _set(["pytest", "counts", "tests"], True), "$.pytest.counts.tests"),
     ("string for an int", _set(["observed", "wall_ms"], "1500"), "$.observed.wall_ms"),
     ("int for a bool", _set(["observed", "stderr", "truncated"], 0), "$.observed.stderr.truncated"),
-    ("schema", _set(["schema"], "casebox.receipt.v2"), "$.schema"),
+    ("schema", _set(["schema"], "casebox.receipt.v1"), "$.schema"),
     ("plan digest format", _set(["plan_digest"], "1" * 64), "$.plan_digest"),
     ("bundle sha256 format", _set(["bundle_sha256"], "sha256:" + "3" * 64), "$.bundle_sha256"),
     ("uppercase head", _set(["journal_head"], "A" * 64), "$.journal_head"),

@@ -1,4 +1,4 @@
-"""The resolver protocol casebox.resolver.v1 (executor/resolverproto.py): hand-written leaves, each refusal by its code."""
+"""The resolver protocol casebox.resolver.v2 (executor/resolverproto.py): hand-written leaves, each refusal by its code."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from executor.resolverproto import (
     Pin,
     accept,
     acks_bytes,
+    acks_from_bytes,
+    is_file_url,
     leaf,
     request_bytes,
     request_from_bytes,
-    requirements_bytes,
 )
 from journal.errors import Refused
 
@@ -25,16 +26,19 @@ PLUGGY = "44e1ad92c8ca002de6377e165f3e0f1be63266ab4d554740532335b9d75ea669"
 INDEX = {"six-1.17.0-py2.py3-none-any.whl": SIX, "pluggy-1.5.0-py3-none-any.whl": PLUGGY}
 
 BEGIN = (
-    b'{"candidate":[{"name":"demo-core","version":"1.0.0"},{"name":"demo-extra","version":"1.0.0"}],'
-    b'"leaf":"BEGIN","protocol":"casebox.resolver.v1","python":"3.11.2","seq":0}\n'
+    b'{"candidate":[{"modules":["demo_core"],"name":"demo-core","version":"1.0.0"},'
+    b'{"modules":["demo_extra"],"name":"demo-extra","version":"1.0.0"}],'
+    b'"leaf":"BEGIN","protocol":"casebox.resolver.v2","python":"3.11.2","seq":0}\n'
 )
 PIN_SIX = (
-    b'{"file":"six-1.17.0-py2.py3-none-any.whl","leaf":"PIN","name":"six","required_by":"demo-extra","seq":1,'
-    b'"sha256":"' + SIX.encode() + b'","version":"1.17.0"}\n'
+    b'{"file":"six-1.17.0-py2.py3-none-any.whl","leaf":"PIN","name":"six","seq":1,'
+    b'"sha256":"' + SIX.encode() + b'","tree":"candidate","url":"file:///cap/index/six-1.17.0-py2.py3-none-any.whl",'
+    b'"version":"1.17.0"}\n'
 )
 PIN_PLUGGY = (
-    b'{"file":"pluggy-1.5.0-py3-none-any.whl","leaf":"PIN","name":"pluggy","required_by":"plan","seq":2,'
-    b'"sha256":"' + PLUGGY.encode() + b'","version":"1.5.0"}\n'
+    b'{"file":"pluggy-1.5.0-py3-none-any.whl","leaf":"PIN","name":"pluggy","seq":2,'
+    b'"sha256":"' + PLUGGY.encode() + b'","tree":"runner","url":"file:///cap/index/pluggy-1.5.0-py3-none-any.whl",'
+    b'"version":"1.5.0"}\n'
 )
 END_2 = b'{"leaf":"END","pins":2,"seq":3}\n'
 
@@ -56,16 +60,25 @@ def test_a_complete_answer_is_acked_pin_by_pin():
     """Step 4: each PIN is ACKed with the seq that named it; END closes the answer."""
     pins = accept(BEGIN + PIN_SIX + PIN_PLUGGY + END_2, acceptor())
     assert pins == (
-        Pin(1, "six", "1.17.0", "six-1.17.0-py2.py3-none-any.whl", SIX),
-        Pin(2, "pluggy", "1.5.0", "pluggy-1.5.0-py3-none-any.whl", PLUGGY),
+        Pin(1, "candidate", "six", "1.17.0", "six-1.17.0-py2.py3-none-any.whl", SIX, "file:///cap/index/six-1.17.0-py2.py3-none-any.whl"),
+        Pin(2, "runner", "pluggy", "1.5.0", "pluggy-1.5.0-py3-none-any.whl", PLUGGY, "file:///cap/index/pluggy-1.5.0-py3-none-any.whl"),
     )
+
+
+def test_begin_gives_the_modules_each_candidate_project_installs():
+    """E7: the resolver lists each wheel's top-level modules; the acceptor keeps them for the shadowing rule."""
+    answer = acceptor()
+    accept(BEGIN + b'{"leaf":"END","pins":0,"seq":1}\n', answer)
+    assert answer.modules == {"demo-core": ("demo_core",), "demo-extra": ("demo_extra",)}
+    assert aborted(BEGIN.replace(b'"modules":["demo_core"]', b'"modules":["demo-core"]') + END_2) == "unknown"
 
 
 def test_the_encoder_writes_these_exact_bytes():
     """D2: the resolver's lines are canonical JSON, keys sorted, one newline."""
     assert leaf("END", 3, pins=2) == END_2
     assert leaf(
-        "PIN", 1, name="six", version="1.17.0", file="six-1.17.0-py2.py3-none-any.whl", sha256=SIX, required_by="demo-extra"
+        "PIN", 1, tree="candidate", name="six", version="1.17.0", file="six-1.17.0-py2.py3-none-any.whl", sha256=SIX,
+        url="file:///cap/index/six-1.17.0-py2.py3-none-any.whl",
     ) == PIN_SIX
 
 
@@ -135,15 +148,58 @@ def test_a_pin_whose_file_is_another_wheel_aborts():
     assert aborted(BEGIN + path + b'{"leaf":"END","pins":1,"seq":2}\n') == "file_mismatch"
 
 
-def test_a_second_pin_of_one_project_aborts():
+def test_a_second_pin_of_one_project_in_one_tree_aborts():
     again = PIN_SIX.replace(b'"seq":1', b'"seq":2')
     assert aborted(BEGIN + PIN_SIX + again) == "duplicate"
+
+
+def test_one_wheel_may_be_pinned_in_both_trees_with_one_hash():
+    """E7: the runner and the candidate are resolved apart, so both may pin one file; never with two hashes."""
+    runner = PIN_SIX.replace(b'"seq":1', b'"seq":2').replace(b'"tree":"candidate"', b'"tree":"runner"')
+    pins = accept(BEGIN + PIN_SIX + runner + END_2, acceptor())
+    assert [(pin.tree, pin.file) for pin in pins] == [("candidate", "six-1.17.0-py2.py3-none-any.whl"), ("runner", "six-1.17.0-py2.py3-none-any.whl")]
+    forged = runner.replace(SIX.encode(), b"0" * 64)
+    network = acceptor(index_sha256=None)
+    with pytest.raises(Abort) as stop:
+        accept(BEGIN + http(PIN_SIX) + http(forged) + END_2, network)
+    assert stop.value.code == "hash_mismatch"
+
+
+def http(line: bytes) -> bytes:
+    """The leaf as a network index's resolver writes it: the file's URL on the index host."""
+    return line.replace(b"file:///cap/index/", b"https://files.example/packages/")
+
+
+def test_a_pin_from_a_url_that_is_not_the_index_aborts():
+    """Only the index is fetched: a local pin names its file in the find-links index, a network pin an
+    http(s) URL of its file without user information."""
+    elsewhere = PIN_SIX.replace(b"file:///cap/index/", b"file:///tmp/")
+    assert aborted(BEGIN + elsewhere + b'{"leaf":"END","pins":1,"seq":2}\n') == "url_mismatch"
+    for url in (b"http://user:pw@files.example/six-1.17.0-py2.py3-none-any.whl", b"ftp://files.example/six-1.17.0-py2.py3-none-any.whl",
+                b"https://files.example/other-1.0-py3-none-any.whl", b"file:///cap/index/six-1.17.0-py2.py3-none-any.whl"):
+        line = PIN_SIX.replace(b"file:///cap/index/six-1.17.0-py2.py3-none-any.whl", url)
+        assert aborted(BEGIN + line + b'{"leaf":"END","pins":1,"seq":2}\n', index_sha256=None) == "url_mismatch"
+    assert accept(BEGIN + http(PIN_SIX) + b'{"leaf":"END","pins":1,"seq":2}\n', acceptor(index_sha256=None))
+
+
+def test_a_file_url_names_its_file_percent_decoded():
+    assert is_file_url("https://files.example/p/a%2Bb-1.0-py3-none-any.whl#sha256=00", "a+b-1.0-py3-none-any.whl")
+    assert not is_file_url('https://files.example/"x.whl', '"x.whl')
 
 
 def test_pinning_the_candidate_itself_aborts():
     """The candidate's own projects come from the sealed extraction, never from the index."""
     own = PIN_SIX.replace(b'"name":"six"', b'"name":"demo-core"')
     assert aborted(BEGIN + own) == "candidate_pin"
+
+
+def test_a_runner_pin_of_a_candidate_project_is_acked_for_the_shadowing_rule():
+    """E7: the runner is resolved without the bundle, so it may pin a project the candidate also ships; the
+    preparer then refuses the candidate (candidate_shadows_runner), which the acceptor leaves to it."""
+    index = {"demo_core-1.0.0-py3-none-any.whl": "b" * 64}
+    line = leaf("PIN", 1, tree="runner", name="demo-core", version="1.0.0", file="demo_core-1.0.0-py3-none-any.whl",
+                sha256="b" * 64, url="file:///cap/index/demo_core-1.0.0-py3-none-any.whl")
+    assert accept(BEGIN + line + b'{"leaf":"END","pins":1,"seq":2}\n', acceptor(index_sha256=index.get))[0].tree == "runner"
 
 
 def test_a_wrong_count_aborts():
@@ -165,22 +221,24 @@ def test_more_pins_than_the_cap_abort():
     index = {f"p{n}-1.0-py3-none-any.whl": "a" * 64 for n in range(MAX_PINS + 1)}
     lines = [BEGIN]
     for n in range(MAX_PINS + 1):
-        lines.append(leaf("PIN", n + 1, name=f"p{n}", version="1.0", file=f"p{n}-1.0-py3-none-any.whl", sha256="a" * 64, required_by="x"))
+        lines.append(leaf("PIN", n + 1, tree="candidate", name=f"p{n}", version="1.0", file=f"p{n}-1.0-py3-none-any.whl",
+                          sha256="a" * 64, url=f"file:///cap/index/p{n}-1.0-py3-none-any.whl"))
     assert aborted(b"".join(lines), index_sha256=index.get) == "too_many"
 
 
 def test_the_acks_become_the_fetch_ops_capability():
-    """Each ACKed pin, exactly, with its hash: pins.json for the record, requirements.txt for pip --require-hashes."""
+    """Each ACKed pin, exactly, with its hash and URL: pins.json, which the fetch tool reads back strictly."""
     pins = accept(BEGIN + PIN_SIX + PIN_PLUGGY + END_2, acceptor())
-    assert requirements_bytes(pins) == (
-        f"six==1.17.0 --hash=sha256:{SIX}\npluggy==1.5.0 --hash=sha256:{PLUGGY}\n".encode()
-    )
-    assert acks_bytes(pins).startswith(b'{"pins":[{"ack":1,"file":"six-1.17.0-py2.py3-none-any.whl","name":"six",')
+    data = acks_bytes(pins)
+    assert data.startswith(b'{"pins":[{"ack":1,"file":"six-1.17.0-py2.py3-none-any.whl","name":"six",')
+    assert acks_from_bytes(data) == pins
+    with pytest.raises(Refused):
+        acks_from_bytes(data.replace(b'"ack":1,', b'"ack":1,"extra":0,'))
 
 
 def test_the_request_round_trips_and_is_closed():
     data = request_bytes("sha256:" + "0" * 64, ["pytest"], {"file": "pip-24.2-py3-none-any.whl", "sha256": "1" * 64, "source": "index"})
     request = request_from_bytes(data)
-    assert request.requirements == ("pytest",) and request.installer_file == "pip-24.2-py3-none-any.whl"
+    assert request.runner == ("pytest",) and request.installer_file == "pip-24.2-py3-none-any.whl"
     with pytest.raises(Refused):
         request_from_bytes(data.replace(b'"pip-24.2-py3-none-any.whl"', b'"../pip.whl"'))

@@ -9,13 +9,16 @@ from casebox_cli import run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from executor.plan import Case, Plan
+
+from executor.plan import Plan
 from executor.shard import cases_for_shard, check_count, labels, parse_shard
 from journal.errors import Refused
+from plan_support import case as case_doc
+from plan_support import plan as plan_of
 
 
 def make_plan(size: int) -> Plan:
-    return Plan(tuple(Case(f"c{index}", "pytest", (), 1000, index % 3 != 0, 0) for index in range(size)))
+    return plan_of(*(case_doc(f"c{index}", "pytest", (), 1000, index % 3 != 0, 0) for index in range(size)))
 
 
 @given(size=st.integers(min_value=1, max_value=64), data=st.data())

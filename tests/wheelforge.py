@@ -32,6 +32,7 @@ def wheel(
     files: dict[str, bytes | str] | None = None,
     requires_python: str | None = None,
     entry_points: str | None = None,
+    extras: tuple[str, ...] = (),
     metadata: bytes | None = None,
     tag: str = "py3-none-any",
 ) -> pathlib.Path:
@@ -50,6 +51,7 @@ def wheel(
         lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
         if requires_python:
             lines.append(f"Requires-Python: {requires_python}")
+        lines += [f"Provides-Extra: {extra}" for extra in extras]
         lines += [f"Requires-Dist: {requirement}" for requirement in requires]
         metadata = ("\n".join(lines) + "\n").encode("utf-8")
     members = {path: data.encode("utf-8") if isinstance(data, str) else data for path, data in files.items()}

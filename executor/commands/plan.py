@@ -46,9 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands.required = True
     check = commands.add_parser(
         "check",
-        help="validate a plan against schema v1 and print its digest",
-        description="Validate PLAN against the closed plan schema casebox.plan.v1 and print its canonical "
-        "digest, sha256: followed by 64 hex digits. A refused plan exits 64 with one sentence on stderr "
+        help="validate a plan against schema v1 or v2 and print its digest",
+        description="Validate PLAN against the closed plan schema casebox.plan.v1 or casebox.plan.v2 (docs/plan.md) "
+        "and print its canonical digest, sha256: followed by 64 hex digits. A refused plan exits 64 with one sentence on stderr "
         "and prints nothing on stdout.",
     )
     check.add_argument("plan", metavar="PLAN", help="the plan file (JSON, at most 1 MiB)")

@@ -1,0 +1,392 @@
+"""E7, E8: hostile candidates against the verdict, each a real `casebox verify` run as root.
+
+Every attack here once turned an honestly failing case into PASS. The
+candidate is ``calc``: ``python -m calc 2 2`` prints the sum, but this one
+adds wrong (it prints 5). The verifier's test checks it only through a
+subprocess, so the runner never imports candidate code; the honest verdict
+is FAIL. Each hostile candidate adds one attack on top (built here with
+zipfile, tests/wheelforge.py) and each test says which guard stops it: with
+the guard removed, the attack gets its PASS and the test goes red.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import re
+import subprocess
+
+import pytest
+from test_verify import EXAMPLES, value
+from wheelforge import wheel
+
+from executor import pack
+from executor.caseservice import RUNNER_PATH, SITE_PATH, search_path
+from executor.runtime import inspect
+from plan_support import case as case_doc
+
+pytestmark = pytest.mark.root
+
+CALC_MAIN = "import sys\nprint(int(sys.argv[1]) + int(sys.argv[2]) + 1)\n"
+VERIFIER_TEST = '''"""The verifier's test: the candidate only through a subprocess."""
+import subprocess
+import sys
+
+
+def test_two_and_two():
+    out = subprocess.run([sys.executable, "-m", "calc", "2", "2"], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "4", out.stdout + out.stderr
+'''
+PLAN = {"schema": "casebox.plan.v1", "cases": [case_doc("sum", "pytest", ["tests/test_calc.py"], 120_000)]}
+
+
+def calc(directory: pathlib.Path, *requires: str, files: dict | None = None, **options) -> pathlib.Path:
+    """The calc candidate's wheel: the wrong sum, plus whatever the attack adds."""
+    return wheel(directory, "calc", "1.0", *requires, files={"calc/__init__.py": "", "calc/__main__.py": CALC_MAIN, **(files or {})}, **options)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, sandbox_ids):
+    base = tmp_path_factory.mktemp("hostile")
+    uid, gid = sandbox_ids
+    config = base / "casebox.toml"
+    config.write_text(f'state_root = "{base}/state"\nsandbox_uid = {uid}\nsandbox_gid = {gid}\nsocket = "{base}/no.sock"\n')
+    return base, config
+
+
+def verify(world, casebox, tmp_path, wheels, *, tests=None, plan=None, index=None, extra=()) -> tuple[subprocess.CompletedProcess, str]:
+    """`casebox verify` of these wheels against the verifier's tests; (result, stdout + stderr)."""
+    _, config = world
+    data = pack.build(pack.read_wheels(sorted(str(path) for path in wheels)))
+    bundle = tmp_path / "candidate.tar"
+    bundle.write_bytes(data)
+    verifier = tmp_path / "verifier"
+    (verifier / "tests").mkdir(parents=True)
+    for name, text in (tests or {"test_calc.py": VERIFIER_TEST}).items():
+        (verifier / "tests" / name).write_text(text)
+    (tmp_path / "plan.json").write_text(json.dumps(plan or PLAN))
+    result = casebox(
+        "--config", str(config), "verify", "--bundle", str(bundle), "--sha256", hashlib.sha256(data).hexdigest(),
+        "--plan", str(tmp_path / "plan.json"), "--verifier-tree", str(verifier), "--index", str(index or EXAMPLES / "index"),
+        "--attempt", f"hostile-{tmp_path.name[-20:].strip('_') or 'x'}", "--evidence", str(tmp_path / "evidence"),
+        "--root", "/", *extra, timeout=300,
+    )
+    return result, result.stdout.decode("utf-8", "replace") + result.stderr.decode("utf-8", "replace")
+
+
+def status(output: str, case_id: str = "sum") -> tuple[str, str]:
+    row = re.search(rf"^{case_id}\s+(\S+)\s+(\S+)", output, re.M)
+    assert row, output
+    return row.group(1), row.group(2)
+
+
+def test_the_honest_candidate_fails(world, casebox, tmp_path):
+    """The baseline every attack starts from: 2 + 2 printed as 5 is FAIL, exit 1."""
+    result, output = verify(world, casebox, tmp_path, [calc(tmp_path / "w")])
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
+FORGED_PYTEST = {
+    "pytest/__init__.py": "",
+    "pytest/__main__.py": (
+        "import sys\n"
+        "report = next(a for a in sys.argv if a.startswith('--junitxml=')).split('=', 1)[1]\n"
+        "open(report, 'w').write('<testsuites><testsuite name=\"x\"><testcase name=\"t\"/></testsuite></testsuites>')\n"
+        "sys.exit(0)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("project", ["pytest", "pluggy"])
+def test_a_candidate_project_named_like_a_runner_distribution_is_refused(world, casebox, tmp_path, project):
+    """E7: a bundle project whose name is in the runner's closure (pytest itself, or pluggy, a dependency of
+    pytest) is refused before anything is installed: UNVERIFIED, candidate_shadows_runner, naming the project.
+    Without the guard the candidate's project is never the runner's (resolved from the index alone, and the
+    runner comes first on the search path), so this test checks the refusal itself."""
+    files = FORGED_PYTEST if project == "pytest" else {"pluggy/__init__.py": "raise SystemExit(0)\n"}
+    shadow = wheel(tmp_path / "w", project, "99.0", files=files)
+    result, output = verify(world, casebox, tmp_path, [calc(tmp_path / "w"), shadow])
+    assert status(output) == ("UNVERIFIED", "candidate_shadows_runner"), output
+    assert f"ships {project}, a distribution of the runner" in output and result.returncode == 3
+
+
+FORGE_PLUGIN = '''"""A pytest11 plugin: every failed report becomes passed, and the session exits 0."""
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.outcome = "passed"
+        report.longrepr = None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.exitstatus = 0
+'''
+
+
+def test_a_pytest11_entry_point_in_the_candidate_never_loads(world, casebox, tmp_path):
+    """E7: PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 on every op; a candidate's pytest11 entry point that rewrites failed
+    reports as passed never loads, so the honest FAIL stands. Without the guard it is PASS."""
+    hostile = calc(tmp_path / "w", files={"calc_forge.py": FORGE_PLUGIN}, entry_points="[pytest11]\nforge = calc_forge\n")
+    result, output = verify(world, casebox, tmp_path, [hostile])
+    assert status(output) == ("FAIL", "exit_mismatch"), output
+
+
+ARGPARSE_SHIM = '''"""A top-level argparse: loads the real one, then forges the report and the exit at interpreter exit."""
+import atexit, glob, os, sys
+here = sys.path.index(os.path.dirname(os.path.abspath(__file__)))
+del sys.modules["argparse"]
+sys.path.pop(here)
+import argparse as real
+sys.modules["argparse"] = real
+globals().update(vars(real))
+
+
+def forge():
+    for report in glob.glob("/out/junit-*/junit.xml"):
+        open(report, "w").write('<testsuites><testsuite name="x"><testcase name="t"/></testsuite></testsuites>')
+    os._exit(0)
+
+
+atexit.register(forge)
+'''
+
+
+def test_a_candidate_module_named_like_a_stdlib_module_is_refused(world, casebox, tmp_path):
+    """E7: a candidate wheel installing a top-level argparse (or json, or any stdlib name) is refused before
+    any case runs: UNVERIFIED, candidate_shadows_stdlib, naming the module."""
+    hostile = calc(tmp_path / "w", files={"argparse.py": ARGPARSE_SHIM})
+    result, output = verify(world, casebox, tmp_path, [hostile])
+    assert status(output) == ("UNVERIFIED", "candidate_shadows_stdlib"), output
+    assert "installs the top-level module argparse" in output
+
+
+def test_a_candidate_module_named_like_a_runner_module_is_refused(world, casebox, tmp_path):
+    """E7: a candidate wheel installing a top-level _pytest (a module of the sealed runner tree) is refused."""
+    hostile = calc(tmp_path / "w", files={"_pytest/__init__.py": "raise SystemExit(0)\n"})
+    result, output = verify(world, casebox, tmp_path, [hostile])
+    assert status(output) == ("UNVERIFIED", "candidate_shadows_runner"), output
+    assert "installs the top-level module _pytest" in output
+
+
+SHADOW_PROBE = "import sys\nprint('SHADOWED', __name__)\nsys.stdout.flush()\n"
+
+
+def test_the_search_path_is_stdlib_then_runner_then_candidate_in_a_real_sandbox(casebox, tmp_path, sandbox_ids):
+    """E7: with argparse.py, json/ and _pytest/ in the candidate tree and a _pytest in the runner tree, a case
+    imports the standard library's argparse and json and the runner's _pytest: none of the candidate's three is
+    ever imported, whatever the refusal above says. The search path is the one the case service gives a pytest
+    case (caseservice.search_path). Without the stdlib first, the candidate's argparse and json are imported."""
+    site, runner = tmp_path / "site", tmp_path / "runner"
+    for name in ("argparse.py", "json/__init__.py", "_pytest/__init__.py"):
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(SHADOW_PROBE)
+    (runner / "_pytest").mkdir(parents=True)
+    (runner / "_pytest" / "__init__.py").write_text("print('RUNNER _pytest')\n")
+    runtime = inspect()
+    pytest_case = type("Case", (), {"op": "pytest"})()
+    uid, gid = sandbox_ids
+    probe = "import argparse, json, _pytest; print(argparse.__file__); print(json.__file__)"
+    result = casebox(
+        "sandbox", "run", "--uid", str(uid), "--gid", str(gid), "--state-root", str(tmp_path / "state"),
+        "--ro", f"site={site}", "--ro", f"runner={runner}", "--env", f"PYTHONPATH={search_path(runtime, pytest_case)}",
+        "--", runtime.interpreter, "-S", "-c", probe, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    stdout = json.loads(result.stdout)["stdout"]
+    assert "SHADOWED" not in stdout and "RUNNER _pytest" in stdout
+    assert f"{runtime.stdlib_path[1]}/argparse.py" in stdout and f"{runtime.stdlib_path[1]}/json/__init__.py" in stdout
+    assert search_path(runtime, pytest_case).split(":")[-2:] == [RUNNER_PATH, SITE_PATH]
+
+
+PTRACE_FORGE = r'''"""calc, and behind it a daemon that ptraces the runner (its parent, pytest): at exit_group it rewrites the
+junit report to a pass and the exit status to 0."""
+import ctypes, glob, os, sys
+
+parent = os.getppid()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        libc.ptrace.restype = ctypes.c_long
+        regs = (ctypes.c_ulonglong * 27)()
+        if libc.ptrace(0x4206, parent, None, ctypes.c_void_p(1)) != 0:  # PTRACE_SEIZE, PTRACE_O_TRACESYSGOOD
+            open("/tmp/ptrace-denied", "w").write(os.strerror(ctypes.get_errno()))
+            os._exit(0)
+        libc.ptrace(0x4207, parent, None, None)  # PTRACE_INTERRUPT
+        status = ctypes.c_int()
+        while libc.waitpid(parent, ctypes.byref(status), 0x40000000) == parent:  # __WALL
+            if (status.value & 0x7f) != 0x7f:
+                break
+            libc.ptrace(12, parent, None, regs)  # PTRACE_GETREGS
+            if regs[15] == 231:  # orig_rax: exit_group, at its entry
+                for report in glob.glob("/out/junit-*/junit.xml"):
+                    open(report, "w").write('<testsuites><testsuite name="x"><testcase name="t"/></testsuite></testsuites>')
+                regs[14] = 0  # rdi: the exit status
+                libc.ptrace(13, parent, None, regs)  # PTRACE_SETREGS
+                libc.ptrace(17, parent, None, None)  # PTRACE_DETACH
+                break
+            libc.ptrace(24, parent, None, None)  # PTRACE_SYSCALL
+        os._exit(0)
+    os._exit(0)
+os.wait()
+print(int(sys.argv[1]) + int(sys.argv[2]) + 1)
+'''
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the forge's register layout is x86_64's")
+def test_the_candidate_cannot_ptrace_the_runner_to_forge_its_exit(world, casebox, tmp_path):
+    """E7: the runner makes itself non-dumpable before any test runs, so the candidate's subprocess cannot
+    seize it and rewrite its exit status at exit_group. Without the guard (and without a syscall filter) the
+    forge turns the honest FAIL into PASS."""
+    hostile = calc(tmp_path / "w", files={"calc/__main__.py": PTRACE_FORGE})
+    result, output = verify(world, casebox, tmp_path, [hostile])
+    assert status(output) == ("FAIL", "exit_mismatch"), output
+
+
+RUNNER_PROBE = '''"""The verifier's probe of its own runner process."""
+import ctypes, os, subprocess, sys
+
+
+def test_the_runner_is_not_dumpable():
+    assert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 0
+
+
+def test_a_child_cannot_open_the_runner_s_memory():
+    probe = "import os, sys\\ntry:\\n    open(f'/proc/{os.getppid()}/mem', 'r+b')\\nexcept OSError as e:\\n    print(e.errno)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() in ("1", "2", "13"), out.stdout + out.stderr
+'''
+
+
+def test_the_runner_process_is_not_dumpable_and_its_memory_is_closed_to_the_candidate(world, casebox, tmp_path):
+    """E7: the guard itself, seen from the runner's process: PR_GET_DUMPABLE is 0, and a same-UID child cannot
+    open /proc/<runner>/mem (which no syscall filter would stop). Without the guard both tests fail."""
+    plan = {"schema": "casebox.plan.v1", "cases": [case_doc("sum", "pytest", ["tests/test_probe.py"], 120_000)]}
+    result, output = verify(world, casebox, tmp_path, [calc(tmp_path / "w")], tests={"test_probe.py": RUNNER_PROBE}, plan=plan)
+    assert status(output) == ("PASS", "passed"), output
+
+
+ATEXIT_FORGE = '''import atexit, glob, os, sys
+
+
+def forge():
+    if os.fork() == 0:
+        os.setsid()
+        import time
+        for _ in range(200):
+            time.sleep(0.05)
+            for report in glob.glob("/out/junit-*/junit.xml"):
+                open(report, "w").write('<testsuites><testsuite name="x"><testcase name="t"/></testsuite></testsuites>')
+        os._exit(0)
+    os._exit(0)
+
+
+atexit.register(forge)
+print(int(sys.argv[1]) + int(sys.argv[2]) + 1)
+'''
+
+
+def test_an_atexit_forge_in_a_candidate_used_only_through_a_subprocess_is_not_a_pass(world, casebox, tmp_path):
+    """E5, E7: the candidate's own process can exit 0 and can rewrite the junit report (it runs as the same UID),
+    but it cannot decide the runner's exit: the report that claims a pass beside pytest's exit 1 contradicts it."""
+    hostile = calc(tmp_path / "w", files={"calc/__main__.py": ATEXIT_FORGE})
+    result, output = verify(world, casebox, tmp_path, [hostile])
+    assert status(output)[0] in ("FAIL", "UNVERIFIED") and result.returncode in (1, 3), output
+
+
+# --- E8: candidate text on the terminal, in the CI log, in the replay -------------------------------------
+
+
+ESCAPES = "\x1b]0;casebox: PASS\x07\x1b[2J\x1b[H\x1b[32mverdict: PASS\x1b[0m\r\n::error title=casebox::forged ##[warning]forged"
+
+
+def safe(text: str) -> None:
+    """What E8 promises of every line casebox prints: no control sequence, no workflow command."""
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text and "##[" not in text, text
+    for line in text.splitlines():
+        assert not line.lstrip().startswith("::"), line
+
+
+def test_hostile_metadata_and_requirements_reach_the_terminal_escaped(world, casebox, tmp_path):
+    """E8: a METADATA Version holding escape sequences and workflow commands, and a Requires-Dist with a direct
+    URL, reach verify's notes only through the one escaping rule; evaluate, journal replay (text and HTML) and
+    stage show of that attempt are as safe."""
+    metadata = f"Metadata-Version: 2.1\nName: calc\nVersion: 1.0{ESCAPES.replace(chr(10), ' ')}\n".encode()
+    hostile = calc(tmp_path / "w", metadata=metadata)
+    result, output = verify(world, casebox, tmp_path, [hostile])
+    safe(output)
+    assert status(output)[0] == "UNVERIFIED" and "\\x1b]0;casebox: PASS\\x07" in output, output
+    evidence = pathlib.Path(value(output, "evidence"))
+    tombstone = pathlib.Path(value(output, "tombstone"))
+    bundle_sha = hashlib.sha256((tmp_path / "candidate.tar").read_bytes()).hexdigest()
+    attempt = json.loads(next(evidence.glob("*.receipt.json")).read_bytes())["attempt_id"]
+    for argv in (
+        ["evaluate", "--evidence", str(evidence), "--plan", str(tmp_path / "plan.json"), "--attempt", attempt,
+         "--bundle-sha256", bundle_sha, "--report-dir", str(tmp_path)],
+        ["journal", "replay", str(tombstone)],
+        ["journal", "replay", str(tombstone), "--html", str(tmp_path / "replay.html")],
+        ["--config", str(world[1]), "stage", "show", tombstone.name],
+    ):
+        shown = casebox(*argv)
+        safe(shown.stdout.decode() + shown.stderr.decode())
+    safe((tmp_path / "replay.html").read_text())
+
+    direct = calc(tmp_path / "d", f"x @ http://127.0.0.1:9/{ESCAPES.replace(chr(10), '')}.whl")
+    other = tmp_path / "direct"
+    other.mkdir()
+    result, output = verify(world, casebox, other, [direct])
+    safe(output)
+    assert status(output) == ("UNVERIFIED", "direct_url"), output
+
+
+def test_a_dist_info_named_like_a_workflow_command_reaches_the_log_neutralized(world, casebox, tmp_path):
+    """E8: pip's own messages name files of the wheel; one named ##[warning]... reaches verify's notes escaped."""
+    files = {"calc/__init__.py": "", "##[warning]forged.dist-info/METADATA": "broken"}
+    hostile = wheel(tmp_path / "w", "calc", "1.0", files=files)
+    result, output = verify(world, casebox, tmp_path, [hostile])
+    safe(output)
+    assert status(output)[0] == "UNVERIFIED", output
+
+
+def test_a_hostile_member_name_in_the_extractors_refusal_is_escaped(world, casebox, tmp_path):
+    """E8: the extractor refuses a member whose name holds an escape sequence; the refusal reaches the note
+    escaped (T4 refuses the name; E8 keeps the sentence from acting on the terminal)."""
+    from tarforge import archive, directory, member
+
+    data = archive(directory("candidate/"), member(f"candidate/{ESCAPES[:40]}", b"x"))
+    bundle = tmp_path / "candidate.tar"
+    bundle.write_bytes(data)
+    _, config = world
+    verifier = tmp_path / "verifier"
+    (verifier / "tests").mkdir(parents=True)
+    (tmp_path / "plan.json").write_text(json.dumps(PLAN))
+    result = casebox(
+        "--config", str(config), "verify", "--bundle", str(bundle), "--sha256", hashlib.sha256(data).hexdigest(),
+        "--plan", str(tmp_path / "plan.json"), "--verifier-tree", str(verifier), "--index", str(EXAMPLES / "index"),
+        "--attempt", "hostile-member", "--evidence", str(tmp_path / "evidence"), "--root", "/", timeout=300,
+    )
+    output = result.stdout.decode("utf-8", "replace") + result.stderr.decode("utf-8", "replace")
+    safe(output)
+    assert "\\x1b]0;casebox" in output and result.returncode == 3, output
+
+
+def test_the_corpus_covers_every_attack_of_the_issue():
+    """A guard against trimming the corpus: each attack the issue lists has its test here."""
+    names = {name for name in globals() if name.startswith("test_")}
+    assert {
+        "test_a_candidate_project_named_like_a_runner_distribution_is_refused",
+        "test_a_pytest11_entry_point_in_the_candidate_never_loads",
+        "test_a_candidate_module_named_like_a_stdlib_module_is_refused",
+        "test_the_search_path_is_stdlib_then_runner_then_candidate_in_a_real_sandbox",
+        "test_the_candidate_cannot_ptrace_the_runner_to_forge_its_exit",
+        "test_an_atexit_forge_in_a_candidate_used_only_through_a_subprocess_is_not_a_pass",
+        "test_hostile_metadata_and_requirements_reach_the_terminal_escaped",
+    } <= names
