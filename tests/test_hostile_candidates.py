@@ -339,12 +339,15 @@ def test_hostile_metadata_and_requirements_reach_the_terminal_escaped(world, cas
         safe(shown.stdout.decode() + shown.stderr.decode())
     safe((tmp_path / "replay.html").read_text())
 
-    direct = calc(tmp_path / "d", f"x @ http://127.0.0.1:9/{ESCAPES.replace(chr(10), '')}.whl")
-    other = tmp_path / "direct"
-    other.mkdir()
-    result, output = verify(world, casebox, other, [direct])
-    safe(output)
-    assert status(output) == ("UNVERIFIED", "direct_url"), output
+    for number, (url, reason) in enumerate([
+        (f"http://127.0.0.1:9/{ESCAPES.replace(chr(10), '')}.whl", "dependencies_unresolved"),
+        ("http://127.0.0.1:9/x.whl#::error,title=casebox::forged,##[warning]forged", "direct_url"),
+    ]):
+        other = tmp_path / f"direct-{number}"
+        other.mkdir()
+        result, output = verify(world, casebox, other, [calc(other / "w", f"x @ {url}")])
+        safe(output)
+        assert status(output) == ("UNVERIFIED", reason), output
 
 
 def test_a_dist_info_named_like_a_workflow_command_reaches_the_log_neutralized(world, casebox, tmp_path):
