@@ -20,7 +20,8 @@ pip is the installer wheel of the request, unpacked on the sandbox's /tmp
 2. **the candidate**: the candidate's wheels, given as files, against the
    same index, so each of its projects is the bundle's own and its
    dependencies come from the index. A candidate whose wheels require
-   nothing needs no resolution, and pip is not run for it.
+   nothing needs no resolution, and pip is not run for it; an attempt with
+   no runner and such a candidate does not even load pip.
 
 Before either, each candidate wheel's ``*.dist-info/METADATA`` is read as data
 (the name and version must be the file name's) and every ``Requires-Dist``
@@ -135,8 +136,6 @@ class Candidate:
 
     def check_requirements(self, packaging) -> None:
         """Refuse a requirement that is not PEP 508, or that names a direct URL (only the index is ever fetched)."""
-        if self.problem is not None:
-            raise self.problem
         for line in self.requires:
             try:
                 requirement = packaging.requirements.Requirement(line)
@@ -242,7 +241,7 @@ def resolve(requirements: list[str], index: str, *, scratch: str, direct: dict[s
     return chosen
 
 
-def leaves(request, candidate_dir: str, index: str, packaging, scratch: str) -> Iterator[bytes]:
+def leaves(request, candidate_dir: str, index: str, installer: str, scratch: str) -> Iterator[bytes]:
     wheels = [Candidate(candidate_dir, file) for file in _wheels(candidate_dir)]
     yield leaf(
         "BEGIN", 0, protocol=PROTOCOL, python=platform.python_version(),
@@ -251,6 +250,13 @@ def leaves(request, candidate_dir: str, index: str, packaging, scratch: str) -> 
     seq = 1
     pins = []
     try:
+        for wheel in wheels:
+            if wheel.problem is not None:
+                raise wheel.problem
+        if not request.runner and not any(wheel.requires for wheel in wheels):
+            yield leaf("END", seq, pins=0)
+            return
+        packaging = load_pip(installer)
         for wheel in wheels:
             wheel.check_requirements(packaging)
         if request.runner:
@@ -272,10 +278,9 @@ def main(argv: Sequence[str]) -> int:
     request_dir, candidate_dir, index = argv
     with open(os.path.join(request_dir, REQUEST), "rb") as file:
         request = request_from_bytes(file.read(1 << 16))
-    packaging = load_pip(os.path.join(request_dir, request.installer_file))
     scratch = tempfile.mkdtemp(prefix="resolver-")
     out = sys.stdout.buffer
-    for line in leaves(request, candidate_dir, index, packaging, scratch):
+    for line in leaves(request, candidate_dir, index, os.path.join(request_dir, request.installer_file), scratch):
         out.write(line)
     out.flush()
     return 0

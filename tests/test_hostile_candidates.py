@@ -56,8 +56,11 @@ def world(tmp_path_factory, sandbox_ids):
     return base, config
 
 
-def verify(world, casebox, tmp_path, wheels, *, tests=None, plan=None, index=None, extra=()) -> tuple[subprocess.CompletedProcess, str]:
-    """`casebox verify` of these wheels against the verifier's tests; (result, stdout + stderr)."""
+def verify(
+    world, casebox, tmp_path, wheels, *, tests=None, plan=None, index=None, extra=(), hand_tests_dir=False,
+) -> tuple[subprocess.CompletedProcess, str]:
+    """`casebox verify` of these wheels against the verifier's tests (in ``tests/`` of the verifier tree, or the
+    ``tests`` directory itself handed in); (result, stdout + stderr)."""
     _, config = world
     data = pack.build(pack.read_wheels(sorted(str(path) for path in wheels)))
     bundle = tmp_path / "candidate.tar"
@@ -69,8 +72,8 @@ def verify(world, casebox, tmp_path, wheels, *, tests=None, plan=None, index=Non
     (tmp_path / "plan.json").write_text(json.dumps(plan or PLAN))
     result = casebox(
         "--config", str(config), "verify", "--bundle", str(bundle), "--sha256", hashlib.sha256(data).hexdigest(),
-        "--plan", str(tmp_path / "plan.json"), "--verifier-tree", str(verifier), "--index", str(index or EXAMPLES / "index"),
-        "--attempt", f"hostile-{tmp_path.name[-20:].strip('_') or 'x'}", "--evidence", str(tmp_path / "evidence"),
+        "--plan", str(tmp_path / "plan.json"), "--verifier-tree", str(verifier / "tests" if hand_tests_dir else verifier),
+        "--index", str(index or EXAMPLES / "index"), "--attempt", f"hostile-{tmp_path.name[-20:].strip('_') or 'x'}", "--evidence", str(tmp_path / "evidence"),
         "--root", "/", *extra, timeout=300,
     )
     return result, result.stdout.decode("utf-8", "replace") + result.stderr.decode("utf-8", "replace")

@@ -27,6 +27,9 @@ DESIGNED = {
     "network-denied": "PASS",
 }
 DESIGNED_VERDICT = "UNVERIFIED"
+# The installer the demo names (verify --installer): the pip wheel examples/index ships, chosen here on purpose
+# (a pip wheel in an index never becomes the installer by itself).
+DEMO_INSTALLER = "pip-24.2-py3-none-any.whl"
 
 
 def examples_directory() -> str:
@@ -75,6 +78,7 @@ def _demo(args: argparse.Namespace) -> int:
         attempt_id=fresh_attempt_id(),
         evidence=os.path.join(work, "evidence"),
         index=os.path.join(examples, "index"),
+        installer=os.path.join(examples, "index", DEMO_INSTALLER),
     )
     verified = verify(config, request, progress=progress, embedded=args.state_root is not None)
     report = verified.report

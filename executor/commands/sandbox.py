@@ -11,9 +11,9 @@ import sys
 from executor import config as configuration
 from executor.capability import open_capability
 from executor.environ import SANDBOX_ENV, forbidden_variable
-from executor.frontend import EXIT_OK, InternalFailure
+from executor.frontend import EXIT_OK, InternalFailure, say_json
 from journal.errors import Refused
-from journal.strictjson import canonical, decode_lossy
+from journal.strictjson import decode_lossy
 from launcher.protocol import MAX_OUTPUT_CAP
 from launcher.rendezvous import is_capability_target
 from steward.api import MIB, Limits
@@ -148,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
             f"cannot be started in the sandbox ({result.step} failed: {errno.errorcode.get(result.errno, '?')} {reason}); "
             "only /usr, /cap/NAME, /tmp and /work exist there",
         )
-    sys.stdout.buffer.write(canonical(report(result, spec.uid, spec.gid)) + b"\n")
+    say_json(report(result, spec.uid, spec.gid))
     sys.stdout.flush()
     return EXIT_OK
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -30,6 +29,7 @@ import sandbox as sandbox_bench
 
 from executor import config as configuration
 from executor import pack, wheelbuild
+from executor.commands.demo import DEMO_INSTALLER
 from executor.verify import Attempt, verify
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,11 +63,10 @@ def _inputs(directory: str) -> dict:
         json.dump({"schema": "casebox.plan.v1", "cases": cases}, file)
     index = os.path.join(directory, "index")
     os.mkdir(index)
-    pip = sorted(name for name in os.listdir(os.path.join(REPO, "examples", "index")) if name.startswith("pip-"))[-1]
-    shutil.copy(os.path.join(REPO, "examples", "index", pip), index)
     verifier = os.path.join(directory, "verifier")
     os.mkdir(verifier)
-    return {"bundle": bundle, "sha256": sha256, "plan": plan, "index": index, "verifier_tree": verifier}
+    installer = os.path.join(REPO, "examples", "index", DEMO_INSTALLER)
+    return {"bundle": bundle, "sha256": sha256, "plan": plan, "index": index, "verifier_tree": verifier, "installer": installer}
 
 
 def _config(directory: str) -> configuration.Config:

@@ -1,0 +1,105 @@
+"""Plan v2 and pip's resolver, end to end as root: a runner that needs hypothesis, backtracking, a true conflict."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from test_hostile_candidates import CALC_MAIN, calc, status, verify, world  # noqa: F401
+from test_verify import EXAMPLES
+from wheelforge import wheel
+
+pytestmark = pytest.mark.root
+
+PROPERTY_TEST = '''"""A verifier test that needs the runner's hypothesis plugin, and the candidate only through a subprocess."""
+import subprocess
+import sys
+
+from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=5, deadline=None, database=None)
+@given(st.integers(0, 9), st.integers(0, 9))
+def test_sums(a, b):
+    out = subprocess.run([sys.executable, "-m", "calc", str(a), str(b)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == str(a + b)
+
+
+def test_the_plugin_is_the_runner_s(request):
+    import _hypothesis_pytestplugin
+    assert request.config.pluginmanager.is_registered(_hypothesis_pytestplugin)
+    assert _hypothesis_pytestplugin.__file__.startswith("/cap/runner/")
+'''
+HONEST_MAIN = "import sys\nprint(int(sys.argv[1]) + int(sys.argv[2]))\n"
+
+
+def v2_plan(**settings) -> dict:
+    case = {"id": "sum", "op": "pytest", "args": ["tests/test_calc.py", "-p", "no:cacheprovider"], "applicable": True, "expect_exit": 0,
+            "limits": {"timeout_ms": 180_000, "pids": 128}, "env": {"PYTHONHASHSEED": "0"}}
+    return {"schema": "casebox.plan.v2", **settings, "cases": [case]}
+
+
+def test_a_runner_that_needs_hypothesis_is_installed_into_the_runner_tree_alone(world, casebox, tmp_path):
+    """Plan v2, E7: the runner's hypothesis comes from the index into the runner tree, with no extra wheel in the
+    bundle; the plan's plugin loads by its entry point name, from the runner; the honest candidate PASSes."""
+    honest = calc(tmp_path / "w", files={"calc/__main__.py": HONEST_MAIN})
+    plan = v2_plan(runner=["pytest>=8", "hypothesis"], plugins=["hypothesispytest"])
+    result, output = verify(world, casebox, tmp_path, [honest], tests={"test_calc.py": PROPERTY_TEST}, plan=plan)
+    assert status(output) == ("PASS", "passed") and result.returncode == 0, output
+
+
+def test_without_the_plugin_named_the_runner_s_hypothesis_plugin_does_not_load(world, casebox, tmp_path):
+    """E7: autoload is off, so a runner plugin loads only when the plan names it: the plugin test fails (FAIL)."""
+    honest = calc(tmp_path / "w", files={"calc/__main__.py": HONEST_MAIN})
+    plan = v2_plan(runner=["pytest>=8", "hypothesis"])
+    result, output = verify(world, casebox, tmp_path, [honest], tests={"test_calc.py": PROPERTY_TEST}, plan=plan)
+    assert status(output) == ("FAIL", "exit_mismatch"), output
+
+
+def test_a_plugin_the_runner_does_not_hold_is_runner_failed(world, casebox, tmp_path):
+    """E7: a plugin name found neither among the runner's pytest11 entry points nor its modules never falls
+    through to the candidate (which ships a module of that name): runner_failed."""
+    hostile = calc(tmp_path / "w", files={"calc/__main__.py": HONEST_MAIN, "forge_plugin.py": "raise SystemExit(0)\n"})
+    result, output = verify(world, casebox, tmp_path, [hostile], plan=v2_plan(plugins=["forge_plugin"]))
+    assert status(output) == ("UNVERIFIED", "runner_failed") and "forge_plugin" in output, output
+
+
+def graph_index(tmp_path):
+    index = tmp_path / "index"
+    shutil.copytree(EXAMPLES / "index", index)
+    wheel(index, "aa", "2.0", "cc<2")
+    wheel(index, "aa", "1.0")
+    wheel(index, "bb", "2.0", "cc>=2")
+    wheel(index, "cc", "1.0")
+    wheel(index, "cc", "2.0")
+    wheel(index, "xx", "1.0", "cc==1.0")
+    wheel(index, "yy", "1.0", "cc==2.0")
+    return index
+
+
+def test_a_graph_that_needs_backtracking_resolves_and_passes(world, casebox, tmp_path):
+    """pip's resolver backtracks: the candidate's aa and bb resolve to aa 1.0, bb 2.0, cc 2.0; the case PASSes."""
+    honest = calc(tmp_path / "w", "aa", "bb", files={"calc/__main__.py": HONEST_MAIN})
+    result, output = verify(world, casebox, tmp_path, [honest], index=graph_index(tmp_path))
+    assert status(output) == ("PASS", "passed"), output
+
+
+def test_a_true_conflict_is_unverified_naming_both_requirements(world, casebox, tmp_path):
+    """A conflict no backtracking solves: UNVERIFIED conflict, the note naming both requirements pip gives."""
+    honest = calc(tmp_path / "w", "xx", "yy", files={"calc/__main__.py": HONEST_MAIN})
+    result, output = verify(world, casebox, tmp_path, [honest], index=graph_index(tmp_path))
+    assert status(output) == ("UNVERIFIED", "conflict") and result.returncode == 3, output
+    assert "xx 1.0 depends on cc==1.0" in output and "yy 1.0 depends on cc==2.0" in output
+
+
+def test_a_v2_verifier_mount_imports_as_its_name(world, casebox, tmp_path):
+    """Plan v2 verifier.mount: a tree handed in as `tests` imports as `tests` (a helper module of its own)."""
+    honest = calc(tmp_path / "w", files={"calc/__main__.py": HONEST_MAIN})
+    tests = {"__init__.py": "", "helpers.py": "EXPECTED = '4'\n", "test_calc.py": (
+        "import subprocess, sys\nfrom tests.helpers import EXPECTED\n\n\ndef test_two_and_two():\n"
+        "    out = subprocess.run([sys.executable, '-m', 'calc', '2', '2'], capture_output=True, text=True)\n"
+        "    assert out.stdout.strip() == EXPECTED\n"
+    )}
+    plan = v2_plan(verifier={"mount": "tests"})
+    result, output = verify(world, casebox, tmp_path, [honest], tests=tests, plan=plan, hand_tests_dir=True)
+    assert status(output) == ("PASS", "passed"), output
