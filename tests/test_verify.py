@@ -17,7 +17,7 @@ from evidence_support import DESIGNED_STATUS
 
 from executor import bundle as bundles
 from executor import pack, runtime, wheelbuild
-from executor.commands.demo import DESIGNED, DESIGNED_VERDICT
+from executor.commands.demo import DEMO_INSTALLER, DESIGNED, DESIGNED_VERDICT
 from executor.receipts import receipt_from_bytes
 from executor.verify import cases_per_stage
 from journal.errors import Refused
@@ -168,7 +168,7 @@ def test_the_evidence_is_evaluated_alone_by_an_unprivileged_user(demo, tmp_path)
         identity = bundles.identity_of(bundles.open_bundle(fd))
     finally:
         os.close(fd)
-    runtime_digest = runtime.inspect().digest
+    runtime_digest = runtime.inspect(str(EXAMPLES / "index" / DEMO_INSTALLER)).digest
     for receipt in receipts:
         assert receipt.binding.candidate_digest == identity == report["candidate_digest"]
         assert receipt.binding.bundle_sha256 == hashlib.sha256(bundle.read_bytes()).hexdigest()
