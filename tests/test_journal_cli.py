@@ -564,3 +564,21 @@ def test_an_oversized_file_is_read_only_one_byte_past_the_cap(capsys, tmp_path):
     assert len(load_for_review(str(path))[1]) == CAP + 1
     code, out, _ = run(capsys, "verify", "--json", str(tmp_path))
     assert code == 1 and json.loads(out)["verdict"] == "OVER_CAP" and json.loads(out)["records"] == 65
+
+
+def test_workflow_commands_in_a_handed_in_journal_are_neutralized_in_every_view(capsys, tmp_path):
+    """E8: a journal handed to a reviewer is untrusted (zone 4); its printable text fields can still hold GitHub
+    workflow commands (a mount target, a retirement note). show, replay and the HTML replay neutralize them."""
+    hostile = "::error title=casebox::forged ##[warning]forged"
+    ledger = ChainLedger()
+    write_sandbox(ledger, "s-1-1", 100, mounts=("/usr", "/cap/##[warning]forged", "/::error::x"))
+    ledger.retirement_intent(note=hostile)
+    path = tmp_path / "journal"
+    path.write_bytes(ledger.chain.bytes())
+    for command in ("show", "replay"):
+        _, out, err = run(capsys, command, str(path))
+        for line in (out + err).splitlines():
+            assert not line.lstrip().startswith("::") and "##[" not in line, line
+        assert "#\\x23[warning]forged" in out
+    page = render_html(read_journal(path.read_bytes()), "journal")
+    assert "##[" not in page and "#\\x23[warning]forged" in page
