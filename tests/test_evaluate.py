@@ -902,3 +902,16 @@ def test_a_junit_missing_case_shows_the_last_line_of_stderr(tmp_path):
     (case,) = _judge_published(stage, plan)["report"].cases
     assert (case.status, case.reason) == (UNVERIFIED, "junit_missing")
     assert case.detail.output_tail == "ModuleNotFoundError: No module named 'hypothesis'"
+
+
+def test_a_full_stage_s_evidence_fits_the_directory_and_the_steward_s_bounds():
+    """E1, E4: the most cases one stage's journal holds, each with a receipt and three published files, plus the
+    journal and the seal marker, stay within the evaluator's and the steward's evidence counts."""
+    from executor.evaluate import MAX_EVIDENCE_ENTRIES
+    from executor.receipts import OUTPUTS
+    from executor.verify import cases_per_stage
+    from steward import api
+
+    most = cases_per_stage("/s")
+    assert most * (1 + len(OUTPUTS)) <= api.MAX_EVIDENCE_FILES
+    assert 2 + most * (1 + len(OUTPUTS)) <= MAX_EVIDENCE_ENTRIES

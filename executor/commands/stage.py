@@ -163,7 +163,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "show",
         help="one stage or tombstone in detail",
         description="Show one stage or tombstone: state, journal verdict and head, attempt, cleanup evidence, "
-        "diagnostic, seal marker, and why it is in that state. Changes nothing. Exit 0, or 1 when it is PRESERVED.",
+        "diagnostic, seal marker, and why it is in that state. Changes nothing. Exit 0, or 1 when it is PRESERVED; "
+        "64 for an id that is neither a stage nor a tombstone.",
     )
     show.add_argument("stage", type=_id, metavar="ID", help="a stage or tombstone id (as stage list shows it)")
     show.add_argument("--json", action="store_true", help=f"print one JSON object ({STAGE_SCHEMA})")

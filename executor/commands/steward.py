@@ -42,6 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "disconnects before CLOSE has its session cleaned up and retired as UNVERIFIED. Refusals are logged on "
         "stderr. Sends READY=1 to NOTIFY_SOCKET when set. SIGTERM or SIGINT stops it (exit 0).",
     )
-    serve.add_argument("--socket", metavar="PATH", help="the socket to listen on (default: configuration)")
+    serve.add_argument("--socket", metavar="PATH", help="the socket to listen on, in a directory that exists (default: configuration)")
     serve.add_argument("--state-root", metavar="DIR", help="the state root (default: configuration)")
     serve.set_defaults(handler=_serve)
