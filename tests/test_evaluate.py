@@ -856,7 +856,7 @@ def test_published_output_of_another_case_or_attempt(tmp_path):
     """E2: an output of another attempt is ignored like its receipt; one for a case outside the plan is a
     stray file (unexpected_file)."""
     stage = _published_stage(tmp_path)
-    stage.path(f"other-attempt.c1.stdout").write_bytes(b"stale")
+    stage.path("other-attempt.c1.stdout").write_bytes(b"stale")
     assert _judge_published(stage)["report"].problems == ()
     stage.path(f"{ATTEMPT}.c9.stdout").write_bytes(b"who?")
     result = _judge_published(stage)

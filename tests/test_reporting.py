@@ -11,7 +11,7 @@ import re
 
 import pytest
 from casebox_cli import run as run_cli
-from evidence_support import ATTEMPT, BUNDLE, DESIGNED_RUNS, Run, Stage, build_attempt, exited, junit
+from evidence_support import ATTEMPT, BUNDLE, DESIGNED_RUNS, Run, Stage, build_attempt, exited
 
 from executor import VERSION
 from executor.evaluate import Expected, evaluate

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from executor import VERSION
 from executor import config as configuration
