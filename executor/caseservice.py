@@ -24,7 +24,8 @@ as the dedicated UID (docs/pipeline.md):
   not start gets a receipt that says so, with no process and no wait status.
 
 Receipts are built on the trusted side from the session's ``OpOutcome``
-(executor/receipts.py) and stored with ``session.publish`` (E4). Cases the
+(executor/receipts.py) and stored with ``session.publish`` (E4), each after
+the case's output files it binds (stdout, stderr, the junit report). Cases the
 plan declares not applicable are not run and get no receipt: the evaluator
 reports them N/A (docs/receipts.md).
 """
@@ -39,7 +40,7 @@ from typing import Callable, Sequence
 from executor import identity
 from executor.environ import SANDBOX_ENV
 from executor.inside import BOOT
-from executor.junit import MISSING, REFUSED, REPORT_NAME, PytestEvidence, evidence_from_directory
+from executor.junit import MISSING, REFUSED, REPORT_NAME, PytestEvidence, Report, report_from_directory
 from executor.manifest import wheel_project
 from executor.ownership import CASE_SERVICE, Gate, LifecycleEvidence, failure_of
 from executor.plan import KIB, Case, Plan
@@ -49,6 +50,7 @@ from executor.receipts import (
     STEP_RUNNER,
     STEP_SANDBOX,
     Binding,
+    CaseOutput,
     ProcessIdentity,
     Receipt,
     build_receipt,
@@ -232,12 +234,17 @@ def plugin_modules(runner_fd: int, names: Sequence[str], runner_modules: Sequenc
 class CaseService:
     """The case service of one session: it alone starts the candidate's sandboxes."""
 
-    def __init__(self, gate: Gate, session, *, runtime: Runtime, plan: Plan, progress: Callable[[str], None]) -> None:
+    def __init__(
+        self, gate: Gate, session, *, runtime: Runtime, plan: Plan, progress: Callable[[str], None],
+        finished: Callable[[Case, Receipt], None] | None = None,
+    ) -> None:
         self.starter = gate.starter(CASE_SERVICE, self)
         self.session = session
         self.runtime = runtime
         self.plan = plan
         self.progress = progress
+        # Told of each case as soon as its receipt is stored (the progress lines of executor/reporting.py).
+        self.finished = finished
         self.head = session.info().head
 
     def __repr__(self) -> str:
@@ -353,23 +360,28 @@ class CaseService:
     def run_cases(self, cases: Sequence[tuple[int, Case]], binding: Binding, trees: Trees) -> list[CaseRun]:
         """Every applicable case of ``cases`` (plan index, case), each with its receipt; none stops the others (E6)."""
         runs = []
-        applicable = [(index, case) for index, case in cases if case.applicable]
-        for number, (index, case) in enumerate(applicable, 1):
-            self.progress(f"case {number}/{len(applicable)}: {case.id}")
+        for index, case in cases:
+            if not case.applicable:
+                continue
             blocked = trees.blocking(case)
             if blocked is not None:
-                run = self._never_ran(case, binding, blocked.step, None)
+                run, output = self._never_ran(case, binding, blocked.step, None), None
             else:
-                run = self._run_case(index, case, binding, trees)
+                run, output = self._run_case(index, case, binding, trees)
+            if output is not None:
+                for name, data in output.files(binding.attempt_id, case.id).items():
+                    self.session.publish(name, data)
             self.session.publish(run.receipt.name, run.receipt.canonical_bytes())
             runs.append(run)
+            if self.finished is not None:
+                self.finished(case, run.receipt)
         return runs
 
     def _never_ran(self, case: Case, binding: Binding, step: str, sentence: str | None) -> CaseRun:
         pytest = PytestEvidence(MISSING, None) if case.op == "pytest" else None
         return CaseRun(case.id, build_receipt(binding, case.id, None, never_started(step), pytest, self.head), sentence)
 
-    def _run_case(self, index: int, case: Case, binding: Binding, trees: Trees) -> CaseRun:
+    def _run_case(self, index: int, case: Case, binding: Binding, trees: Trees) -> tuple[CaseRun, CaseOutput | None]:
         report = report_output(index) if case.op == "pytest" else None
         write = []
         if report is not None:
@@ -385,22 +397,25 @@ class CaseService:
                 timeout_ms=case.timeout_ms, stdout_cap=output_cap, stderr_cap=output_cap,
             )
         )
-        pytest = None if report is None else self._junit(report)
+        junit = None if report is None else self._junit(report)
+        pytest = None if junit is None else junit.evidence
         if isinstance(result, LifecycleEvidence):
-            return self._never_ran(case, binding, STEP_SANDBOX, result.reason)
+            return self._never_ran(case, binding, STEP_SANDBOX, result.reason), None
         process = ProcessIdentity(result.op_id, result.pid, result.starttime, result.pgid)
-        receipt = build_receipt(binding, case.id, process, outcome_from_launcher(result.observation), pytest, result.head)
-        return CaseRun(case.id, receipt, None)
+        outcome = outcome_from_launcher(result.observation)
+        output = None if outcome.observed is None else CaseOutput.of(result.observation, None if junit is None else junit.data)
+        receipt = build_receipt(binding, case.id, process, outcome, pytest, result.head, output)
+        return CaseRun(case.id, receipt, None), output
 
-    def _junit(self, report: str) -> PytestEvidence:
+    def _junit(self, report: str) -> Report:
         """E5: seal the case's own report output, then read the report as hostile data; only ever a downgrade."""
         try:
             self.session.seal_output(report)
         except Refused:
-            return PytestEvidence(REFUSED, None)
+            return Report(PytestEvidence(REFUSED, None), None)
         fd = self.session.open_output(report)
         try:
             caps = self.plan.junit
-            return evidence_from_directory(fd, max_bytes=caps.max_bytes, max_testcases=caps.max_testcases)
+            return report_from_directory(fd, cap=caps.max_bytes, max_testcases=caps.max_testcases)
         finally:
             os.close(fd)

@@ -7,7 +7,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from executor.frontend import run_command, say_refused
+from executor import VERSION
+from executor.frontend import remember_invocation, run_command, say_refused
 from journal.errors import Refused
 
 # Each module defines register(subparsers); a command sets ``handler`` with
@@ -45,6 +46,7 @@ def _global_parser(*, add_help: bool) -> _Parser:
         "and check the evidence it leaves.",
     )
     parser.add_argument("--debug", action="store_true", help="print a traceback for an internal error (exit 70)")
+    parser.add_argument("--version", action="version", version=f"casebox {VERSION}", help="print the casebox version and exit")
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -83,6 +85,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    remember_invocation(argv)
     try:
         args = build_parser(argv).parse_args(argv)
     except Refused as refusal:

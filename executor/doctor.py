@@ -17,13 +17,17 @@ import tempfile
 from typing import Callable
 
 import launcher
+from executor.frontend import as_root_command
 from launcher import reexec
 from launcher import syscalls as sc
 from steward import cgroups, dedicated
 from steward.failure import SandboxFailure
 from steward.runtime import launcher_source_problem, open_runtime
 
-SUDO = "run it as root: sudo .venv/bin/casebox doctor"
+
+def _sudo() -> str:
+    return f"run it as root: {as_root_command()}"
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +65,7 @@ def _in_child(probe: Callable[[], None]) -> None:
 
 def _errno_hint(error: OSError, feature: str, kernel: str) -> str:
     if error.errno == errno.EPERM:
-        return f"{feature} was refused ({error.strerror}); {SUDO}"
+        return f"{feature} was refused ({error.strerror}); {_sudo()}"
     if error.errno == errno.ENOSYS:
         return f"this kernel lacks {feature} ({error.strerror}); casebox needs Linux {kernel} or later"
     return f"{feature} failed ({error.strerror}); casebox needs it on Linux {kernel} or later"
@@ -70,7 +74,7 @@ def _errno_hint(error: OSError, feature: str, kernel: str) -> str:
 def check_root() -> Check:
     if os.geteuid() == 0:
         return Check("root", True, True, "running as root")
-    return Check("root", True, False, f"casebox builds sandboxes as root; {SUDO}")
+    return Check("root", True, False, f"casebox builds sandboxes as root; {_sudo()}")
 
 
 def _probe(name: str, feature: str, kernel: str, probe: Callable[[], None], found: str) -> Check:
@@ -122,7 +126,7 @@ def check_renameat2(state_root: str) -> Check:
     try:
         scratch = tempfile.mkdtemp(prefix=".casebox-doctor-", dir=where)
     except OSError as error:
-        return Check("renameat2", True, False, f"cannot make a scratch directory in {where} ({error.strerror}); {SUDO}")
+        return Check("renameat2", True, False, f"cannot make a scratch directory in {where} ({error.strerror}); {_sudo()}")
     try:
         directory = os.open(scratch, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:

@@ -20,9 +20,16 @@ from the evidence.
    op's role and reaper.
 4. Across receipts: one candidate, dependency and runtime inventory, one
    attempt number, and no op id used twice in a stage.
+   Its published output files are exactly the ones it binds, byte for byte
+   (executor/published.py).
 5. The outcome: a limit class is UNVERIFIED (S10); an exit is PASS when it
-   equals ``expect_exit`` and FAIL otherwise; a pytest case's junit counts
-   then only ever downgrade (E5).
+   equals ``expect_exit`` and FAIL otherwise; a pytest case's junit counts,
+   the receipt's and those recomputed from its published report, then only
+   ever downgrade (E5).
+
+A case that is not PASS also gets a :class:`~executor.published.Detail`
+for display: its failing tests and the last line of its output, from the
+verified published files; that text never decides anything.
 
 The fold puts UNVERIFIED over FAIL over PASS (E3); N/A is only a plan's
 ``applicable: false``. The report is created once (E4).
@@ -37,6 +44,7 @@ import os
 from collections import Counter
 from typing import Sequence
 
+from executor import VERSION, published
 from executor.junit import MISSING, REFUSED
 from executor.plan import Case, Plan
 from executor.receipts import (
@@ -51,16 +59,17 @@ from executor.receipts import (
     STEP_SANDBOX,
     Receipt,
     name_parts,
+    output_name_parts,
     receipt_from_bytes,
 )
-from journal.createonly import open_directory, publish_once
+from journal.createonly import EvidenceConflict, open_directory, publish_once
 from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
 from journal.format import CAP, Kind, networked_op
 from journal.reader import Reading, Verdict, read_journal
 from journal.seal import NAME as SEAL_NAME
 from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
-from journal.strictjson import canonical
+from journal.strictjson import canonical, loads
 
 REPORT_SCHEMA = "casebox.report.v2"
 # An evidence directory holds a journal, a seal marker and at most one receipt per case.
@@ -96,6 +105,7 @@ REASONS = {
     "network_sandbox": "the receipt's op ran in a sandbox that had the host's network (S9: a case has loopback only)",
     "wait_status_mismatch": "the receipt's wait status is not its op's PROCESS_TERMINAL",
     "descendants_mismatch": "the receipt's descendant count is not its op's DESCENDANTS_TERMINAL",
+    published.MISMATCH: "the case's published output files are missing, unreadable, extra or not the bytes its receipt binds",
     "not_started": "the op never reached exec",
     "dependencies_unresolved": "the case never ran: the candidate's dependencies could not be resolved",
     "conflict": "the case never ran: the requirements admit no common set of versions, even with backtracking",
@@ -122,7 +132,7 @@ REASONS = {
 # Problems of the evaluation as a whole; any of them makes the verdict UNVERIFIED.
 PROBLEMS = {
     "unexpected_receipt": "a receipt of this attempt names a case that is not in the plan",
-    "unexpected_file": "an evidence directory holds a file that is not a journal, a seal marker or a receipt",
+    "unexpected_file": "an evidence directory holds a file that is not a journal, a seal marker, a receipt or a case's output",
     "evidence_overflow": f"an evidence directory holds more than {MAX_EVIDENCE_ENTRIES} entries",
     "nothing_applicable": "no case of the plan is applicable, so nothing was verified",
 }
@@ -166,6 +176,8 @@ class _Stage:
     problem: str | None = None
     records: dict[tuple[Kind, str], tuple[int, dict]] = dataclasses.field(default_factory=dict)
     heads: dict[str, int] = dataclasses.field(default_factory=dict)
+    # case id -> output kind -> its bytes (None: not a regular file within its cap), for this attempt.
+    outputs: dict[str, dict[str, bytes | None]] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> dict:
         marker = self.marker
@@ -256,7 +268,11 @@ def _collect(dir_fd: int, expected: Expected, evidence: _Evidence) -> None:
             continue
         parts = name_parts(name)
         if parts is None:
-            evidence.problems.add("unexpected_file")
+            output = output_name_parts(name)
+            if output is None or output[1] not in cases:
+                evidence.problems.add("unexpected_file")
+            elif output[0] == expected.attempt_id:
+                stage.outputs.setdefault(output[1], {})[output[2]] = published.read_output(dir_fd, name, output[2])
             continue
         attempt_id, case_id = parts
         if attempt_id != expected.attempt_id:
@@ -320,6 +336,8 @@ def _receipt_reason(found: _Found, case: Case, expected: Expected) -> tuple[Rece
     ):
         return None, "binding_mismatch"
     reason = _journal_reason(receipt, found.stage)
+    if reason is None and not published.matches(receipt.published, found.stage.outputs.get(case.id, {})):
+        reason = published.MISMATCH
     return (None, reason) if reason else (receipt, None)
 
 
@@ -376,6 +394,20 @@ def outcome_status(case: Case, receipt: Receipt) -> tuple[str, str]:
     return status, reason
 
 
+_SEVERITY = {PASS: 0, FAIL: 1, UNVERIFIED: 2}
+
+
+def judged_status(case: Case, receipt: Receipt, files: dict[str, bytes | None]) -> tuple[str, str]:
+    """Step 5 on the receipt, then again with the counts of its published report: the worse of the two (E5)."""
+    status, reason = outcome_status(case, receipt)
+    recomputed = published.recomputed_evidence(receipt, files)
+    if recomputed is not None and (recomputed.report, recomputed.counts) != (receipt.pytest.report, receipt.pytest.counts):
+        again = outcome_status(case, dataclasses.replace(receipt, pytest=recomputed))
+        if _SEVERITY[again[0]] > _SEVERITY[status]:
+            return again
+    return status, reason
+
+
 @dataclasses.dataclass(frozen=True)
 class CaseResult:
     case_id: str
@@ -385,6 +417,8 @@ class CaseResult:
     limit: str | None = None
     exit_code: int | None = None
     wall_ms: int | None = None
+    # For a case that is not PASS with an authenticated receipt: what a reviewer is shown beside the reason.
+    detail: published.Detail | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -395,6 +429,7 @@ class CaseResult:
             "limit": self.limit,
             "exit_code": self.exit_code,
             "wall_ms": self.wall_ms,
+            "detail": None if self.detail is None else self.detail.as_dict(),
         }
 
 
@@ -423,6 +458,7 @@ class Report:
         candidate, dependency, runtime = self.inventories
         return {
             "schema": REPORT_SCHEMA,
+            "casebox_version": VERSION,
             "attempt_id": self.expected.attempt_id,
             "attempt_number": self.attempt_number,
             "plan_digest": self.expected.plan_digest,
@@ -497,13 +533,15 @@ def evaluate(expected: Expected, evidence_paths: Sequence[str]) -> Report:
     results = []
     for case in expected.judged:
         if case.id in accepted:
-            receipt, _ = accepted[case.id]
-            status, reason = outcome_status(case, receipt)
+            receipt, stage = accepted[case.id]
+            files = stage.outputs.get(case.id, {})
+            status, reason = judged_status(case, receipt, files)
             observed = receipt.outcome.observed
             results.append(
                 CaseResult(
                     case.id, status, reason, receipt.binding.stage_id, receipt.outcome.limit, receipt.exit_code,
                     observed.wall_ms if observed else None,
+                    None if status == PASS else published.detail(case, receipt, reason, files),
                 )
             )
         else:
@@ -527,12 +565,37 @@ def evaluate(expected: Expected, evidence_paths: Sequence[str]) -> Report:
     )
 
 
+def _differences(existing: bytes, report: Report) -> str:
+    """Which top-level fields of the report already there differ from ``report``'s, and its verdict."""
+    try:
+        value = loads(existing, max_bytes=len(existing))
+    except Refused:
+        return "it is not a casebox report"
+    if not isinstance(value, dict):
+        return "it is not a casebox report"
+    ours = report.as_dict()
+    fields = sorted(key for key in set(value) | set(ours) if value.get(key) != ours.get(key))
+    return f"it differs in {', '.join(fields)}; its verdict is {value.get('verdict')!s:.16}"
+
+
 def publish_report(report_dir: str, report: Report) -> str:
-    """Create ``report-<attempt>.json`` in ``report_dir`` once (E4); its path."""
+    """Create ``report-<attempt>.json`` in ``report_dir`` once (E4); its path.
+
+    A different report already there is kept, and the refusal says how it
+    differs and what this evaluation's verdict is, so the answer is not lost.
+    """
     dir_fd = open_directory(report_dir)
     path = os.path.join(report_dir, report.name)
     try:
         publish_once(dir_fd, report.name, report.canonical_bytes(), shown=path)
+    except EvidenceConflict as conflict:
+        existing = read_evidence(dir_fd, report.name, 4 * len(report.canonical_bytes()) + 65_536)
+        why = _differences(existing, report) if existing is not None else "it cannot be read"
+        raise Refused(
+            path,
+            f"already holds another evaluation of attempt {report.expected.attempt_id} ({why}) and is kept; this "
+            f"evaluation's verdict is {report.verdict} and was not written; give another --report-dir",
+        ) from conflict
     finally:
         os.close(dir_fd)
     return path

@@ -171,10 +171,12 @@ class Starter:
     every sandbox the case service starts has loopback only (S9).
     """
 
-    def __init__(self, session, owner: object, role: str) -> None:
+    def __init__(self, session, owner: object, role: str, started: list | None = None) -> None:
         self.session = session
         self.owner = owner
         self.role = role
+        # Where each READY sandbox is noted as (role, sandbox, read, write): the gate's record of the session.
+        self.started = started
 
     def start(
         self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(), network: str = LOOPBACK,
@@ -185,6 +187,8 @@ class Starter:
             ready = self.session.start_sandbox(read=list(read), write=list(write), limits=limits, network=network)
         except SandboxFailure as failure:
             return StartFailed(self.owner, str(failure))
+        if self.started is not None:
+            self.started.append((self.role, ready.sandbox, tuple(read), tuple(write)))
         return Started(self.owner, self.session, ready)
 
     def run_one(
@@ -226,6 +230,8 @@ class Gate:
     def __init__(self, session) -> None:
         self.session = session
         self.given: dict[str, object] = {}
+        # (role, sandbox, read, write) of every sandbox that became READY, in order.
+        self.started: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = []
 
     def starter(self, role: str, owner: object) -> Starter:
         if role not in self.ROLES:
@@ -233,4 +239,4 @@ class Gate:
         if role in self.given:
             raise OwnershipError(f"the {role}'s starter was already given to {self.given[role]!r}")
         self.given[role] = owner
-        return Starter(self.session, owner, role)
+        return Starter(self.session, owner, role, self.started)

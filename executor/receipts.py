@@ -3,6 +3,9 @@
 A receipt records what the launcher observed of one case's op, bound to the
 attempt, the plan, the candidate, the bundle, the dependency and runtime
 inventories, the stage and the journal head at the moment it was written.
+It also binds, by SHA-256 and size, the case's output files published
+beside it (its stdout and stderr, each capped to its first and last 64 KiB,
+and its junit report), and names the casebox version that wrote it.
 :func:`build_receipt` makes one from the observation; :func:`receipt_from_bytes`
 reads one back strictly, refusing any field it does not know, any missing
 field, any wrong type and any encoding but the canonical one. The steward
@@ -13,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 
+from executor import VERSION
 from executor.junit import READ, REPORT_STATES, JunitCounts, PytestEvidence
 from executor.plan import CASE_ID
 from journal.closed import ClosedObject, check_digest
@@ -22,6 +27,8 @@ from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, chi
 
 SCHEMA = "casebox.receipt.v2"
 SUFFIX = ".receipt.json"
+# A casebox version as receipts and reports name it (executor.VERSION).
+VERSION_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}\Z")
 RECEIPT_MAX_BYTES = 16_384
 MAX_ATTEMPT_NUMBER = 1_000_000
 MAX_TEST_COUNT = 1_000_000
@@ -48,6 +55,17 @@ LIMIT_CLASSES = ("MEMORY", "PIDS", "DISK", "OUTPUT", "TIMEOUT", "SIGNALLED", "EX
 # service records ops this way and the evaluator checks exactly this pair.
 OP_ROLE = "descendant"
 OP_REAPER = "launcher"
+# A case's published output files (docs/receipts.md, "Published output"): its stdout and stderr, each kept
+# whole up to twice OUTPUT_EDGE_BYTES and otherwise as its first and last OUTPUT_EDGE_BYTES, and its junit
+# report whole when it is at most PUBLISHED_JUNIT_MAX_BYTES (base64-encoded, it fits one steward message).
+OUTPUT_EDGE_BYTES = 64 * 1024
+PUBLISHED_JUNIT_MAX_BYTES = 512 * 1024
+OUTPUTS = {"stdout": ".stdout", "stderr": ".stderr", "junit": ".junit.xml"}
+OUTPUT_MAX_BYTES = {"stdout": 2 * OUTPUT_EDGE_BYTES, "stderr": 2 * OUTPUT_EDGE_BYTES, "junit": PUBLISHED_JUNIT_MAX_BYTES}
+# The sandboxes that prepared what every case of a stage ran on, by phase (a case's own sandbox is the one
+# its process op id names).
+PHASES = ("extract", "resolve", "fetch", "install")
+MAX_PHASES = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +82,13 @@ class Binding:
     # The sealed runner tree the case's search path held (E7); None for an attempt with no pytest case.
     runner_inventory_digest: str | None
     stage_id: str
+    # (phase, sandbox) of each preparing sandbox, in the order they started.
+    phases: tuple[tuple[str, str], ...] = ()
+
+    def as_dict(self) -> dict:
+        value = dataclasses.asdict(self)
+        value["phases"] = [{"phase": phase, "sandbox": sandbox} for phase, sandbox in self.phases]
+        return value
 
 
 def dependency_step(code: str) -> str:
@@ -148,6 +173,81 @@ def outcome_from_launcher(observation: object) -> Outcome:
     return Outcome(observation.limit, observation.wait_status, observation.descendants_reaped, observed, None)
 
 
+def kept_output(data: bytes) -> bytes:
+    """The part of a captured stream that is published: all of it, or its first and last OUTPUT_EDGE_BYTES."""
+    if len(data) <= 2 * OUTPUT_EDGE_BYTES:
+        return data
+    return data[:OUTPUT_EDGE_BYTES] + data[-OUTPUT_EDGE_BYTES:]
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """A published file as its receipt binds it: the SHA-256 and the size of its bytes."""
+
+    sha256: str
+    bytes: int
+
+    @classmethod
+    def of(cls, data: bytes) -> "Bound":
+        return cls(hashlib.sha256(data).hexdigest(), len(data))
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """The bindings of a case's published output files; ``junit`` only for a pytest report kept whole."""
+
+    stdout: Bound
+    stderr: Bound
+    junit: Bound | None
+
+    def as_dict(self) -> dict:
+        return {
+            "stdout": dataclasses.asdict(self.stdout),
+            "stderr": dataclasses.asdict(self.stderr),
+            "junit": None if self.junit is None else dataclasses.asdict(self.junit),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseOutput:
+    """The bytes a case publishes beside its receipt."""
+
+    stdout: bytes
+    stderr: bytes
+    junit: bytes | None = None
+
+    @classmethod
+    def of(cls, observation: object, junit: bytes | None) -> "CaseOutput":
+        """From the starter's ``OpResult``: each stream as :func:`kept_output` keeps it; the report when it is
+        small enough to publish."""
+        kept = junit if junit is not None and len(junit) <= PUBLISHED_JUNIT_MAX_BYTES else None
+        return cls(kept_output(observation.stdout), kept_output(observation.stderr), kept)
+
+    def bound(self) -> Published:
+        return Published(Bound.of(self.stdout), Bound.of(self.stderr), None if self.junit is None else Bound.of(self.junit))
+
+    def files(self, attempt_id: str, case_id: str) -> dict[str, bytes]:
+        """Each published file's evidence name and bytes."""
+        files = {output_name(attempt_id, case_id, "stdout"): self.stdout, output_name(attempt_id, case_id, "stderr"): self.stderr}
+        if self.junit is not None:
+            files[output_name(attempt_id, case_id, "junit")] = self.junit
+        return files
+
+
+def output_name(attempt_id: str, case_id: str, kind: str) -> str:
+    """``ATTEMPT.CASE.stdout``, ``ATTEMPT.CASE.stderr`` or ``ATTEMPT.CASE.junit.xml``."""
+    return f"{attempt_id}.{case_id}{OUTPUTS[kind]}"
+
+
+def output_name_parts(name: str) -> tuple[str, str, str] | None:
+    """(attempt id, case id, kind) of a published output's file name, or None for any other name."""
+    for kind, suffix in OUTPUTS.items():
+        if name.endswith(suffix):
+            parts = name_parts(name[: -len(suffix)] + SUFFIX)
+            return None if parts is None else (*parts, kind)
+    return None
+
+
 def never_started(step: str) -> Outcome:
     """The outcome of a case whose op never had a process (its sandbox or its install failed at ``step``)."""
     return Outcome(NOT_STARTED, None, None, None, NotStarted(step, 0))
@@ -161,6 +261,8 @@ class Receipt:
     outcome: Outcome
     pytest: PytestEvidence | None
     journal_head: str
+    published: Published | None = None
+    casebox_version: str = VERSION
 
     @property
     def name(self) -> str:
@@ -175,7 +277,7 @@ class Receipt:
 
     def as_dict(self) -> dict:
         outcome = self.outcome
-        value = {"schema": SCHEMA, **dataclasses.asdict(self.binding)}
+        value = {"schema": SCHEMA, "casebox_version": self.casebox_version, **self.binding.as_dict()}
         value.update(
             case_id=self.case_id,
             process=None if self.process is None else dataclasses.asdict(self.process),
@@ -185,6 +287,7 @@ class Receipt:
             not_started=None if outcome.not_started is None else dataclasses.asdict(outcome.not_started),
             observed=None if outcome.observed is None else dataclasses.asdict(outcome.observed),
             pytest=None if self.pytest is None else self.pytest.as_dict(),
+            published=None if self.published is None else self.published.as_dict(),
             journal_head=self.journal_head,
         )
         return value
@@ -215,9 +318,11 @@ def build_receipt(
     outcome: Outcome,
     pytest: PytestEvidence | None,
     journal_head: str,
+    output: CaseOutput | None = None,
 ) -> Receipt:
-    """A receipt from what the launcher observed; refused unless :func:`receipt_from_bytes` would accept it."""
-    receipt = Receipt(binding, case_id, process, outcome, pytest, journal_head)
+    """A receipt from what the launcher observed, binding ``output`` (given exactly when the op ran);
+    refused unless :func:`receipt_from_bytes` would accept it."""
+    receipt = Receipt(binding, case_id, process, outcome, pytest, journal_head, None if output is None else output.bound())
     receipt_from_bytes(receipt.canonical_bytes())
     return receipt
 
@@ -243,6 +348,16 @@ def _nullable_digest(fields: ClosedObject, key: str) -> str | None:
     return None if value is None else check_digest(value, child_path(fields.path, key))
 
 
+def _phase(path: str, item: object) -> tuple[str, str]:
+    fields = ClosedObject(item, path)
+    phase = fields.pop_str("phase", max_bytes=16)
+    if phase not in PHASES:
+        raise StrictJSONError(child_path(path, "phase"), f"must be one of {', '.join(PHASES)}")
+    sandbox = pop_id(fields, "sandbox")
+    fields.done()
+    return phase, sandbox
+
+
 def _binding(fields: ClosedObject) -> Binding:
     return Binding(
         attempt_id=pop_id(fields, "attempt_id"),
@@ -254,6 +369,7 @@ def _binding(fields: ClosedObject) -> Binding:
         runtime_inventory_digest=fields.pop_digest("runtime_inventory_digest"),
         runner_inventory_digest=_nullable_digest(fields, "runner_inventory_digest"),
         stage_id=pop_id(fields, "stage_id"),
+        phases=tuple(_phase(path, item) for path, item in fields.pop_list("phases", min_items=0, max_items=MAX_PHASES)),
     )
 
 
@@ -312,11 +428,15 @@ def _pytest(fields: ClosedObject | None) -> PytestEvidence | None:
     if report not in REPORT_STATES:
         raise StrictJSONError(child_path(fields.path, "report"), f"must be one of {', '.join(REPORT_STATES)}")
     counts_fields = _nullable_object(fields, "counts")
+    size = _nullable_int(fields, "bytes", MAX_SAFE_INTEGER)
+    cap = fields.pop_int("cap", low=1, high=MAX_SAFE_INTEGER)
     fields.done()
     if (report == READ) != (counts_fields is not None):
         raise StrictJSONError(child_path(fields.path, "counts"), "is given exactly when the report was read")
+    if (report == "missing" and size is not None) or (report == READ and (size is None or size > cap)):
+        raise StrictJSONError(child_path(fields.path, "bytes"), "is null for a missing report and at most cap for one that was read")
     if counts_fields is None:
-        return PytestEvidence(report, None)
+        return PytestEvidence(report, None, size, cap)
     counts = JunitCounts(
         *(counts_fields.pop_int(key, low=0, high=MAX_TEST_COUNT) for key in ("tests", "skipped", "failures", "errors", "collection_errors"))
     )
@@ -326,7 +446,45 @@ def _pytest(fields: ClosedObject | None) -> PytestEvidence | None:
             raise StrictJSONError(child_path(counts_fields.path, key), "cannot exceed tests")
     if counts.collection_errors > counts.errors:
         raise StrictJSONError(child_path(counts_fields.path, "collection_errors"), "cannot exceed errors")
-    return PytestEvidence(report, counts)
+    return PytestEvidence(report, counts, size, cap)
+
+
+def _bound(fields: ClosedObject | None, high: int) -> Bound | None:
+    if fields is None:
+        return None
+    bound = Bound(sha256=fields.pop_sha256("sha256"), bytes=fields.pop_int("bytes", low=0, high=high))
+    fields.done()
+    return bound
+
+
+def _published(fields: ClosedObject | None) -> Published | None:
+    if fields is None:
+        return None
+    published = Published(
+        stdout=_bound(fields.pop_object("stdout"), OUTPUT_MAX_BYTES["stdout"]),
+        stderr=_bound(fields.pop_object("stderr"), OUTPUT_MAX_BYTES["stderr"]),
+        junit=_bound(_nullable_object(fields, "junit"), OUTPUT_MAX_BYTES["junit"]),
+    )
+    fields.done()
+    return published
+
+
+def _check_published(published: Published | None, observed: Observed | None, pytest: PytestEvidence | None) -> None:
+    """The published files match what the receipt says was captured: given exactly when the op ran; a stream
+    kept whole has the captured stream's digest; a junit file is the report the counts came from, whole."""
+    if (published is None) != (observed is None):
+        raise StrictJSONError("$.published", "is given exactly when observed is")
+    if published is None:
+        return
+    for name in ("stdout", "stderr"):
+        bound, stream = getattr(published, name), getattr(observed, name)
+        if bound.bytes != min(stream.bytes, 2 * OUTPUT_EDGE_BYTES) or (
+            stream.bytes <= 2 * OUTPUT_EDGE_BYTES and bound.sha256 != stream.sha256
+        ):
+            raise StrictJSONError(f"$.published.{name}", f"is not the published part of the captured {name}")
+    junit = published.junit
+    if junit is not None and (pytest is None or pytest.bytes != junit.bytes or pytest.over_cap):
+        raise StrictJSONError("$.published.junit", "is given only for a pytest report within its cap, with the report's size")
 
 
 def _check_outcome(outcome: Outcome, process: ProcessIdentity | None) -> None:
@@ -354,6 +512,7 @@ def _check_outcome(outcome: Outcome, process: ProcessIdentity | None) -> None:
 def receipt_from_value(value: object) -> Receipt:
     fields = ClosedObject(value)
     fields.pop_const("schema", SCHEMA)
+    version = fields.pop_str("casebox_version", max_bytes=32, pattern=VERSION_PATTERN, rule="must be a casebox version")
     binding = _binding(fields)
     case_id = fields.pop_str("case_id", max_bytes=64, pattern=CASE_ID, rule=f"must match ^{CASE_ID.pattern[:-2]}$")
     process = _process(_nullable_object(fields, "process"))
@@ -365,11 +524,13 @@ def receipt_from_value(value: object) -> Receipt:
     not_started = _not_started(_nullable_object(fields, "not_started"))
     observed = _observed(_nullable_object(fields, "observed"))
     pytest = _pytest(_nullable_object(fields, "pytest"))
+    published = _published(_nullable_object(fields, "published"))
     journal_head = fields.pop_sha256("journal_head")
     fields.done()
     outcome = Outcome(limit, wait_status, descendants, observed, not_started)
     _check_outcome(outcome, process)
-    return Receipt(binding, case_id, process, outcome, pytest, journal_head)
+    _check_published(published, observed, pytest)
+    return Receipt(binding, case_id, process, outcome, pytest, journal_head, published, version)
 
 
 def receipt_from_bytes(data: bytes) -> Receipt:

@@ -3,7 +3,7 @@
 - :func:`open_session`: the daemon's session over its socket when one
   answers; otherwise, for root, an embedded steward running the same code in
   this process for this one session (the journal and the evidence are the
-  same); otherwise exit 70 with what to do. ``embedded=True`` (verify's and
+  same); otherwise exit 77 with what to do. ``embedded=True`` (verify's and
   demo's explicit ``--state-root``) skips the daemon: that state root is
   this process's, never the daemon's.
 - :func:`steward_for`: a :class:`~steward.session.Steward` with this
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from executor.capability import check_descriptor
 from executor.config import Config
-from executor.frontend import InternalFailure
+from executor.frontend import NeedsRoot, as_root_command, require_root
 
 if TYPE_CHECKING:
     from steward.session import CapabilityCheck, Settings
@@ -45,8 +45,7 @@ def steward_for(config: Config):
     """A steward over ``config``'s state root (root only: it opens the state root)."""
     from steward.session import Steward
 
-    if os.geteuid() != 0:
-        raise InternalFailure("the steward runs as root; run this with sudo.")
+    require_root("the steward runs as root")
     return Steward(settings_from(config), capability_check=capability_check(config.state_root))
 
 
@@ -59,9 +58,9 @@ def open_session(config: Config, attempt_id: str, *, embedded: bool = False):
             return client.connect(config.socket).open_session(attempt_id)
         except client.Unreachable:
             if os.geteuid() != 0:
-                raise InternalFailure(
+                raise NeedsRoot(
                     f"no steward listens on {config.socket}, and the embedded steward needs root; "
-                    "start casebox-steward.service or run this with sudo."
+                    f"start casebox-steward.service, or run it as root: {as_root_command()}"
                 ) from None
     steward = steward_for(config)
     try:

@@ -24,21 +24,21 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-from typing import Callable
 
 import executor
 from executor import runtime as runtimes
 from executor import sessions
 from executor.capability import open_capability
-from executor.caseservice import VERIFIER, Blocked, CaseRun, CaseService, Trees, check_materializable
+from executor.caseservice import CANDIDATE, RUNNER, SITE, VERIFIER, Blocked, CaseRun, CaseService, Trees, check_materializable
 from executor.config import Config
 from executor.evaluate import Expected, Report, evaluate
 from executor.frontend import read_capped
 from executor.inside import MODULES
-from executor.ownership import DirectoryCapability, Gate
+from executor.ownership import CASE_SERVICE, PREPARER, DirectoryCapability, Gate
 from executor.plan import PLAN_MAX_BYTES, Case, Plan, plan_from_bytes
-from executor.preparer import Preparer, Unresolved
+from executor.preparer import DEPS, Preparer, Unresolved
 from executor.receipts import Binding, dependency_step
+from executor.reporting import Progress
 from executor.shard import cases_for_shard
 from executor.staging import Staging
 from journal.errors import Refused
@@ -87,6 +87,18 @@ class Verified:
     runs: tuple[CaseRun, ...]
     notes: tuple[str, ...]
     steward: str
+
+
+def preparation_phases(started) -> tuple[tuple[str, str], ...]:
+    """(phase, sandbox) of every sandbox the gate saw start that prepared what the cases run on: the receipts
+    carry them, so a reviewer's replay can name each sandbox (docs/receipts.md, ``phases``)."""
+    phases = []
+    for role, sandbox, _, write in started:
+        if role == PREPARER:
+            phases.append(("fetch" if DEPS in write else "resolve", sandbox))
+        elif role == CASE_SERVICE and (CANDIDATE in write or SITE in write or RUNNER in write):
+            phases.append(("extract" if CANDIDATE in write else "install", sandbox))
+    return tuple(phases)
 
 
 def load_plan(path: str) -> Plan:
@@ -164,10 +176,11 @@ def _evidence_directory(path: str) -> tuple[int, bool]:
     return fd, made
 
 
-def verify(config: Config, request: Attempt, *, progress: Callable[[str], None], embedded: bool = False) -> Verified:
+def verify(config: Config, request: Attempt, *, progress: Progress, embedded: bool = False) -> Verified:
     """Run the attempt; refusals (exit 64) come before anything is written. ``embedded``: never the daemon."""
     plan = load_plan(request.plan)
     cases = shard_cases(plan, request.shard, config.state_root)
+    progress.expect([case for _, case in cases])
     capabilities: list[DirectoryCapability] = []
     staging = Staging()
     index_fd = None
@@ -178,11 +191,12 @@ def verify(config: Config, request: Attempt, *, progress: Callable[[str], None],
             index = open_capability(request.index, state_root=config.state_root)
             capabilities.append(DirectoryCapability("index", index))
             index_fd = os.dup(index)
-        progress("preflight: copying and hashing the bundle")
         capabilities.append(staging.bundle(request.bundle, request.sha256))
         runtime = runtimes.inspect(request.installer)
         capabilities.append(staging.directory("tools", _tools()))
         evidence_fd, made = _evidence_directory(request.evidence)
+        # Only now: a refusal above is the one sentence on stderr (F1), with no progress line before it.
+        progress("preflight passed: the bundle copied privately and hashed, the evidence directory empty")
         try:
             return _attempt(config, request, plan, cases, capabilities, staging, runtime, index_fd, evidence_fd, progress, embedded)
         except BaseException:
@@ -210,11 +224,11 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
         for capability in capabilities:
             capability.hand_to(session)
         gate = Gate(session)
-        service = CaseService(gate, session, runtime=runtime, plan=plan, progress=progress)
+        service = CaseService(gate, session, runtime=runtime, plan=plan, progress=progress, finished=progress.finished)
         preparer = Preparer(
             gate, session, staging=staging, runtime=runtime, index_fd=index_fd, index_url=request.index_url, progress=progress,
         )
-        runs, notes = _cases(session, service, preparer, request, plan, cases, runtime)
+        runs, notes = _cases(session, gate, service, preparer, request, plan, cases, runtime)
         if preparer.networked:
             notes.append(
                 f"the host's network was given to the resolver and fetch sandboxes only ({', '.join(preparer.networked)}), "
@@ -223,11 +237,13 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
         progress("cleanup and retirement")
         closing = True
         closed = session.close(evidence_fd)
-    except BaseException:
+    except BaseException as error:
         if not closing:
-            # Clean up and retire all the same (SESSION_ABANDONED), then report what went wrong.
+            # Clean up and retire all the same, then report what went wrong: INTERRUPTED for Ctrl-C or
+            # SIGTERM (a daemon's session has no such call and is abandoned), SESSION_ABANDONED otherwise.
+            interrupt = getattr(session, "interrupt", None) if isinstance(error, KeyboardInterrupt) else None
             try:
-                session.abandon()
+                (interrupt or session.abandon)()
             except Exception:
                 pass
         raise
@@ -235,10 +251,11 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
     judged = frozenset(case.id for _, case in cases)
     expected = Expected(plan, request.attempt_id, request.sha256, request.attempt_number, judged)
     report = evaluate(expected, [request.evidence])
+    progress.judged(report)
     return Verified(report, request.evidence, closed.tombstone, tuple(runs), tuple(notes), steward)
 
 
-def _cases(session, service, preparer, request, plan, cases, runtime) -> tuple[list[CaseRun], list[str]]:
+def _cases(session, gate, service, preparer, request, plan, cases, runtime) -> tuple[list[CaseRun], list[str]]:
     extraction = service.extract()
     if isinstance(extraction, Blocked):
         return [], [f"{extraction.sentence}; no case can run, so none has a receipt"]
@@ -266,7 +283,10 @@ def _cases(session, service, preparer, request, plan, cases, runtime) -> tuple[l
         runtime_inventory_digest=runtime.digest,
         runner_inventory_digest=None if trees.runner is None else trees.runner.inventory_digest,
         stage_id=session.info().stage_id,
+        phases=preparation_phases(gate.started),
     )
+    applicable = sum(1 for _, case in cases if case.applicable)
+    service.progress(f"running {applicable} applicable cases of {len(cases)}, each in a sandbox of its own")
     runs = service.run_cases(cases, binding, trees)
     notes += [f"case {run.case_id}: {run.sentence}" for run in runs if run.sentence]
     return runs, notes

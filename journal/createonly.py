@@ -16,6 +16,8 @@ import stat
 from journal.errors import Refused
 
 _READ_CHUNK = 1 << 16
+# Why a file cannot be created in a directory that opened: the caller's input, not the host (exit 64).
+_NOT_CREATABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 class EvidenceConflict(Refused):
@@ -66,7 +68,12 @@ def publish_once(dir_fd: int, name: str, data: bytes, *, mode: int = 0o444, show
     shown = shown or name
     if "/" in name or name in ("", ".", ".."):
         raise Refused(shown, "an evidence name must be one plain path segment")
-    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno in _NOT_CREATABLE:
+            raise Refused(shown, f"cannot be created ({os.strerror(error.errno)})") from None
+        raise
     try:
         write_durably(fd, data, mode)
         try:
@@ -88,3 +95,17 @@ def open_directory(path: str, *, dir_fd: int | None = None) -> int:
         if error.errno in (errno.ENOTDIR, errno.ELOOP):
             raise Refused(path, "must be a directory, not a symlink or a file") from None
         raise Refused(path, f"cannot be opened as a directory ({os.strerror(error.errno)})") from None
+
+
+def check_creatable(path: str) -> None:
+    """Refuse, before any work, a new file at ``path`` that :func:`publish_once` could not create later: its
+    directory is missing, not a directory or not writable, or the name is taken."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd = open_directory(directory)
+    try:
+        if not os.access(f"/proc/self/fd/{fd}", os.W_OK):
+            raise Refused(path, f"cannot be created: its directory {directory} is not writable")
+    finally:
+        os.close(fd)
+    if os.path.lexists(path):
+        raise Refused(path, "already exists; it is created new")

@@ -16,6 +16,8 @@ import stat
 
 from journal.errors import Refused
 from journal.format import CAP
+from journal.seal import NAME as SEAL_NAME
+from journal.seal import SEAL_MAX_BYTES
 
 JOURNAL_NAME = "journal"
 _READ_CHUNK = 1 << 16
@@ -75,6 +77,13 @@ def _read_regular(fd: int, shown: str) -> bytes:
         os.close(fd)
 
 
+def _open_directory(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
+
+
 def load_for_review(path: str) -> tuple[str, bytes | None]:
     """The journal named by ``path`` (a journal file, or a stage or tombstone directory) and its bytes.
 
@@ -92,10 +101,7 @@ def load_for_review(path: str) -> tuple[str, bytes | None]:
             raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
         return path, _read_regular(fd, path)
     shown = os.path.join(path, JOURNAL_NAME)
-    try:
-        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as error:
-        raise Refused(path, f"cannot be read ({os.strerror(error.errno)})") from None
+    dir_fd = _open_directory(path)
     try:
         fd = os.open(JOURNAL_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -107,3 +113,26 @@ def load_for_review(path: str) -> tuple[str, bytes | None]:
     finally:
         os.close(dir_fd)
     return shown, _read_regular(fd, shown)
+
+
+def seal_beside(path: str) -> tuple[str, bytes | None]:
+    """The seal marker that anchors the journal ``path`` names: ``seal.json`` in a stage, tombstone or evidence
+    directory, or beside a file named ``journal``; its shown path and bytes (None when there is none).
+
+    It is read like any evidence file (no symlink, regular, at most one byte past its cap); the caller
+    judges a result longer than ``SEAL_MAX_BYTES``.
+    """
+    if os.path.isdir(path):
+        directory = path
+    elif os.path.basename(path) == JOURNAL_NAME:
+        directory = os.path.dirname(path) or os.curdir
+    else:
+        return path, None
+    shown = os.path.join(directory, SEAL_NAME)
+    dir_fd = _open_directory(directory)
+    try:
+        return shown, read_evidence(dir_fd, SEAL_NAME, SEAL_MAX_BYTES)
+    except Refused as refusal:
+        raise refusal.under(directory) from None
+    finally:
+        os.close(dir_fd)

@@ -55,6 +55,20 @@ class Record(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
+class Anchor:
+    """Values kept outside a journal that it must match (docs/journal-format.md, "Anchors"): from a seal
+    marker, a receipt or the caller; ``source`` names where they came from, for the reason."""
+
+    source: str
+    stage_id: str | None = None
+    journal_id: str | None = None
+    head: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class Reading:
     verdict: Verdict
     records: tuple[Record, ...]
@@ -63,10 +77,24 @@ class Reading:
     reason: str
     # The rules' state after the valid prefix, for a writer that continues this journal.
     sequence: Sequence = dataclasses.field(repr=False, compare=False)
+    # What the journal was checked against; it is anchored when one of them fixed its head.
+    anchors: tuple[Anchor, ...] = ()
 
     @property
     def genesis(self) -> dict[str, Any] | None:
         return self.records[0].fields if self.records else None
+
+    @property
+    def anchored(self) -> bool:
+        return any(anchor.head is not None for anchor in self.anchors)
+
+    @property
+    def stated(self) -> str:
+        """The verdict as the tools print it: a VALID one says what anchored its head, or that nothing did."""
+        if self.verdict is not Verdict.VALID:
+            return str(self.verdict)
+        sources = [anchor.source for anchor in self.anchors if anchor.head is not None]
+        return f"VALID (anchored by {', '.join(sources)})" if sources else "VALID (unanchored)"
 
 
 class _Stop(Exception):
@@ -184,16 +212,36 @@ class _Walk:
         return fields
 
 
+def _differences(genesis: dict[str, Any], head: str | None, anchor: Anchor) -> list[str]:
+    """How the chain differs from one anchor, each difference as a clause naming the anchor's source."""
+    differences = []
+    if anchor.stage_id is not None and genesis["stage_id"] != anchor.stage_id:
+        differences.append(f"the chain is bound to stage {genesis['stage_id']!r}, not {anchor.stage_id!r} as {anchor.source} says")
+    if anchor.journal_id is not None and genesis["journal_id"] != anchor.journal_id:
+        differences.append(f"the chain is journal {genesis['journal_id']!r}, not {anchor.journal_id!r} as {anchor.source} says")
+    if anchor.head is not None and head != anchor.head:
+        differences.append(f"the head is {head}, not {anchor.head} as {anchor.source} says")
+    return differences
+
+
 def read_journal(
     data: bytes | None,
     *,
     expect_stage_id: str | None = None,
     expect_journal_id: str | None = None,
     expect_head: str | None = None,
+    anchors: tuple[Anchor, ...] = (),
 ) -> Reading:
-    """The verdict on a journal's stored bytes; ``None`` means there is no journal (MISSING)."""
+    """The verdict on a journal's stored bytes; ``None`` means there is no journal (MISSING).
+
+    The ``expect_*`` values are one anchor, the caller's; ``anchors`` adds
+    others (a seal marker). A chain that differs from any of them is
+    SUBSTITUTED, and the reason lists every difference with its source.
+    """
+    if (expect_stage_id, expect_journal_id, expect_head) != (None, None, None):
+        anchors = (Anchor("the caller", expect_stage_id, expect_journal_id, expect_head), *anchors)
     if data is None:
-        return Reading(Verdict.MISSING, (), 0, None, "there is no journal", Sequence())
+        return Reading(Verdict.MISSING, (), 0, None, "there is no journal", Sequence(), anchors)
     walk = _Walk(bytes(data[:CAP]))
     verdict, reason = Verdict.VALID, ""
     try:
@@ -205,13 +253,9 @@ def read_journal(
     if len(data) > CAP:
         verdict, reason = Verdict.OVER_CAP, f"the journal is {len(data)} bytes or more, over the {CAP}-byte cap"
     elif verdict in (Verdict.VALID, Verdict.TORN) and records:
-        genesis = records[0].fields
-        if expect_stage_id is not None and genesis["stage_id"] != expect_stage_id:
-            verdict, reason = Verdict.SUBSTITUTED, f"the chain is bound to stage {genesis['stage_id']!r}, not {expect_stage_id!r}"
-        elif expect_journal_id is not None and genesis["journal_id"] != expect_journal_id:
-            verdict, reason = Verdict.SUBSTITUTED, f"the chain is journal {genesis['journal_id']!r}, not {expect_journal_id!r}"
-        elif expect_head is not None and head != expect_head:
-            verdict, reason = Verdict.SUBSTITUTED, f"the head is {head}, not the expected {expect_head}"
+        differences = [clause for anchor in anchors for clause in _differences(records[0].fields, head, anchor)]
+        if differences:
+            verdict, reason = Verdict.SUBSTITUTED, "; ".join(differences)
     if verdict is Verdict.VALID:
         reason = f"{len(records)} records verify; the chain ends at the head"
-    return Reading(verdict, records, walk.offset, head, reason, walk.sequence)
+    return Reading(verdict, records, walk.offset, head, reason, walk.sequence, anchors)

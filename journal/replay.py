@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from journal.reader import Reading, Verdict
 from journal.timeline import (
+    Labels,
     Mount,
     Process,
     Sandbox,
@@ -29,18 +30,18 @@ _INDENT = " " * _WHEN
 
 
 def summary(reading: Reading, shown: str) -> list[str]:
-    lines = [f"journal   {shown}: {reading.verdict}, {len(reading.records)} records, {reading.valid_bytes} bytes"]
+    lines = [f"journal   {shown}: {reading.stated}, {len(reading.records)} records, {reading.valid_bytes} bytes"]
     if reading.verdict is not Verdict.VALID:
         lines.append(f"reason    {reading.reason}")
     lines.append(f"head      {reading.head or '(none)'}")
     return lines
 
 
-def render_text(reading: Reading, shown: str) -> str:
+def render_text(reading: Reading, shown: str, labels: Labels | None = None) -> str:
     lines = summary(reading, shown)
     if not reading.records:
         return "\n".join(lines) + "\n"
-    line = timeline(reading)
+    line = timeline(reading, labels)
     genesis = line.genesis
     lines += [
         f"stage     {genesis['stage_id']}  attempt {genesis['attempt_id']}  journal {genesis['journal_id']}",
@@ -110,7 +111,7 @@ def _host_mount(line: Timeline, mount: Mount) -> list[str]:
 
 def _sandbox(line: Timeline, sandbox: Sandbox) -> list[str]:
     lines = [
-        f"{since(line.start, sandbox.first_at):<{_WHEN}}sandbox {sandbox.name}  "
+        f"{since(line.start, sandbox.first_at):<{_WHEN}}{sandbox.title}  "
         f"spans {duration(sandbox.first_at, sandbox.last_at)}" + ("  with the host's network" if sandbox.host_network else "")
     ]
     width = max((len(sandbox.local(process.op_id)) for process in sandbox.processes), default=0)

@@ -19,6 +19,7 @@ from journal.reader import Reading, Verdict
 from journal.replay import namespace_end
 from journal.timeline import (
     Event,
+    Labels,
     Mount,
     Process,
     Sandbox,
@@ -185,7 +186,7 @@ def _sandbox_row(canvas: Canvas, line: Timeline, sandbox: Sandbox) -> float:
     remaining = sandbox.lasting_mounts
     pid1 = sandbox.pid1
     canvas.add(f"<g><title>{_tooltip(_sandbox_title(line, sandbox))}</title>")
-    canvas.text(12, top + 19, fit(f"sandbox {sandbox.name}", 38), cls="b")
+    canvas.text(12, top + 19, fit(sandbox.title, 38), cls="b")
     note = []
     if remaining:
         mounts = plural(len(remaining), "mount")
@@ -234,7 +235,7 @@ def _sandbox_title(line: Timeline, sandbox: Sandbox) -> str:
         counts[process.role] = counts.get(process.role, 0) + 1
     roles = ", ".join(f"{count} {role}" for role, count in counts.items()) or "no process"
     return (
-        f"sandbox {sandbox.name}: from {since(line.start, sandbox.first_at)} to {since(line.start, sandbox.last_at)} "
+        f"{sandbox.title}: from {since(line.start, sandbox.first_at)} to {since(line.start, sandbox.last_at)} "
         f"({duration(sandbox.first_at, sandbox.last_at)})\n{roles}; {plural(len(sandbox.mounts), 'mount record')}"
         + ("\nit had the host's network (its name ends -net)" if sandbox.host_network else "")
     )
@@ -382,7 +383,7 @@ def _header(canvas: Canvas, reading: Reading, shown: str, line: Timeline) -> Non
         f"stage {genesis['stage_id']} · attempt {genesis['attempt_id']} · journal {genesis['journal_id']}",
         f"created {wall_time(genesis['created'])} · {len(reading.records)} records, {reading.valid_bytes} bytes, "
         f"spanning {duration(line.start, line.end)}",
-        f"head {reading.head}",
+        f"head {reading.head} · {reading.stated}",
         f"holds {contents(line)}",
     ]
     if reading.verdict is not Verdict.VALID:
@@ -465,7 +466,7 @@ def render_svg(reading: Reading, shown: str, line: Timeline) -> str:
     )
 
 
-def render_html(reading: Reading, shown: str) -> str:
+def render_html(reading: Reading, shown: str, labels: Labels | None = None) -> str:
     head = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -476,7 +477,7 @@ def render_html(reading: Reading, shown: str) -> str:
         head += [f"<h1>casebox journal {untrusted.html(reading.verdict)}</h1>",
                  f"<p><code>{untrusted.html(shown)}</code>: {untrusted.html(reading.reason)}</p>"]
         return "\n".join(head + ["</body></html>"]) + "\n"
-    line = timeline(reading)
+    line = timeline(reading, labels)
     rows = "".join(
         f"<tr><td>{record.offset}</td><td>{untrusted.html(since(line.start, at_of(record)))}</td>"
         f"<td>{record.kind.name}</td><td><code>{untrusted.html(record.payload.decode('ascii'), limit=len(record.payload))}</code></td></tr>"

@@ -8,6 +8,11 @@ mounts, helpers). Nothing is inferred that the records do not hold: a
 process without PROCESS_TERMINAL has no wait status, a mount without
 UNMOUNT_DONE is not unmounted, and an in-namespace mount ends with its
 namespace only when a PROCESS_TERMINAL of that sandbox's pid 1 says so.
+
+:class:`Labels` carry what evidence beside the journal says of its lanes
+(``casebox journal replay --evidence`` reads it from the receipts): a
+sandbox's phase or case, an op's limit class. They name lanes for the
+reader; they never add a record, a status or a claim.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class Process:
     wait_status: int | None = None
     reaper: str | None = None
     descendants: int | None = None
+    # The limit class evidence gives this op (a receipt's ``limit``), when there is any.
+    limit: str | None = None
 
     @property
     def first_at(self) -> int:
@@ -64,12 +71,27 @@ class Mount:
         return self.unmount_done_at is not None
 
 
+@dataclasses.dataclass(frozen=True)
+class Labels:
+    """Names for lanes from evidence beside the journal: sandbox name -> what it was (``extract``,
+    ``case pass``), op id -> its limit class."""
+
+    sandboxes: dict[str, str] = dataclasses.field(default_factory=dict)
+    limits: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
 @dataclasses.dataclass
 class Sandbox:
     name: str
     first_at: int
     processes: list[Process] = dataclasses.field(default_factory=list)
     mounts: list[Mount] = dataclasses.field(default_factory=list)
+    label: str | None = None
+
+    @property
+    def title(self) -> str:
+        """``sandbox NAME`` and, when evidence says what it was, ``(case pass)``."""
+        return f"sandbox {self.name}" + (f" ({self.label})" if self.label else "")
 
     @property
     def pid1(self) -> Process | None:
@@ -223,11 +245,16 @@ class _Fold:
                 self.cleanup = fields
 
 
-def timeline(reading: Reading) -> Timeline:
+def timeline(reading: Reading, labels: Labels | None = None) -> Timeline:
     """The lanes of a reading with at least one record, in the order their first record appears."""
     fold = _Fold()
     for record in reading.records:
         fold.add(record)
+    if labels is not None:
+        for name, sandbox in fold.sandboxes.items():
+            sandbox.label = labels.sandboxes.get(name)
+        for op_id, process in fold.processes.items():
+            process.limit = labels.limits.get(op_id)
     times = [at_of(record) for record in reading.records]
     return Timeline(reading, min(times), max(times), fold.lanes, fold.events, fold.cleanup)
 
@@ -287,14 +314,21 @@ def short_wait(process: Process) -> str:
     if status is None:
         return "not reaped"
     if status & 0x7F == 0:
-        return f"exit {status >> 8}"
-    return signal_name(status) + (" core" if status & 0x80 else "")
+        return f"exit {status >> 8}" + _limited(process)
+    return signal_name(status) + (" core" if status & 0x80 else "") + _limited(process)
+
+
+def _limited(process: Process) -> str:
+    """The limit class evidence gives an op that did not end OK: a timeout kill and an output-cap kill are
+    both SIGKILL to the journal."""
+    return "" if process.limit in (None, "OK") else f" ({process.limit})"
 
 
 def full_wait(process: Process) -> str:
     if process.wait_status is None:
         return "not reaped in this journal"
-    return f"{describe_wait(process.wait_status)} (raw {process.wait_status}), reaped by {process.reaper}"
+    text = f"{describe_wait(process.wait_status)} (raw {process.wait_status}), reaped by {process.reaper}"
+    return text + ("" if process.limit is None else f", limit class {process.limit}")
 
 
 def since(start: int, at: int | None) -> str:

@@ -10,9 +10,9 @@ title, clear the screen and draw a fake verdict, or make a CI log raise an
 annotation in casebox's name.
 
 So every such text reaches a terminal, a log line, a job summary, an
-annotation or an HTML page through :func:`escape` (or :func:`html` and
-:func:`json_line`, which apply it first). The result is one line of
-printable characters:
+annotation or an HTML page through :func:`escape` (or :func:`html`,
+:func:`json_line`, :func:`workflow_command` and :func:`markdown_text`, which
+apply it first). The result is one line of printable characters:
 
 - every character that is not printable (C0 and C1 controls, ESC, DEL, line
   and paragraph separators, bidirectional overrides and other format
@@ -26,6 +26,19 @@ printable characters:
 Applying the rule twice gives the same text as applying it once, so a sink
 may escape a line whose fields were already escaped. Escaping is for
 display only: nothing ever parses the result back.
+
+Two sinks need more than one safe line, and get it here, on top of the rule:
+
+- a GitHub Actions workflow command (``::error title=...::message``) is built
+  whole by :func:`workflow_command`: the command and the property names are
+  casebox's own, every property value and message line goes through the rule
+  and then GitHub's own escaping (``%``, ``\r``, ``\n``, and in a property
+  ``:`` and ``,`` too), so no text can end the properties, start a second
+  command or smuggle an escape that the runner would decode into a line;
+- Markdown text of a job summary (a table cell, a list item) gets
+  :func:`markdown_text`: every ASCII punctuation character backslash-escaped
+  (GitHub Flavored Markdown allows that for each of them), so no ``|`` ends
+  a cell, and no link, image, HTML tag, emphasis or code span can start.
 """
 
 from __future__ import annotations
@@ -40,6 +53,12 @@ _BYTES_PER_CHARACTER = 4
 _LEADING_COMMAND = re.compile(r"\A( *)::")
 _LEGACY_COMMAND = "##["
 _SHOWN = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# The workflow commands casebox prints, and the properties it gives them.
+WORKFLOW_COMMANDS = ("error", "warning", "notice")
+_WORKFLOW_PROPERTIES = ("title",)
+_DATA_ESCAPES = {"%": "%25", "\r": "%0D", "\n": "%0A"}
+_PROPERTY_ESCAPES = {**_DATA_ESCAPES, ":": "%3A", ",": "%2C"}
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 
 
 def _visible(char: str) -> str:
@@ -95,3 +114,32 @@ def json_line(value: object) -> str:
     A JSON text starts with ``{``, ``[``, a quote or a digit, never with ``::``."""
     text = json.dumps(value, ensure_ascii=True, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return text.replace(_LEGACY_COMMAND, "#\\u0023[")
+
+
+def _percent(text: str, escapes: dict[str, str]) -> str:
+    return "".join(escapes.get(char, char) for char in text)
+
+
+def workflow_command(command: str, properties: dict[str, str | bytes], lines: "list[str | bytes]", *, limit: int = LIMIT) -> str:
+    """One GitHub Actions workflow command line: ``::COMMAND name=value,...::line1%0Aline2``.
+
+    Each property value and each message line is escaped by :func:`escape`
+    first, so it is one line with no control character; then ``%``, CR and LF
+    are percent-escaped as GitHub's runner expects in a message, and ``:`` and
+    ``,`` in a property value too, so a value cannot close the property list.
+    The line breaks between ``lines`` are the only ``%0A`` the runner decodes.
+    """
+    if command not in WORKFLOW_COMMANDS:
+        raise ValueError(f"{command!r} is not a workflow command casebox prints")
+    unknown = set(properties) - set(_WORKFLOW_PROPERTIES)
+    if unknown:
+        raise ValueError(f"{sorted(unknown)} are not workflow command properties casebox gives")
+    given = ",".join(f"{name}={_percent(escape(value, limit=limit), _PROPERTY_ESCAPES)}" for name, value in properties.items())
+    message = "%0A".join(_percent(escape(line, limit=limit), _DATA_ESCAPES) for line in lines)
+    return f"::{command}{' ' + given if given else ''}::{message}"
+
+
+def markdown_text(value: str | bytes, *, limit: int = LIMIT) -> str:
+    """:func:`escape`, then every ASCII punctuation character backslash-escaped: text for one cell of a
+    GitHub Flavored Markdown table that can neither end the cell nor start any markup."""
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", escape(value, limit=limit))

@@ -10,6 +10,12 @@ whatever came before or after it. Only ``VERIFIED`` is a fully verified
 session (C8: every started privileged process has raw wait status 0, the
 helper's response was accepted as CLEANED, every outer group was proved
 absent, the cleanup evidence says CLEANED and the client closed the session).
+
+An interrupted session (its client was stopped by SIGINT or SIGTERM and
+retired it on the way out) is ``INTERRUPTED``: the steward killed its
+sandboxes on purpose, so a privileged process's nonzero status is what the
+interruption did and warrants no code of its own, while every code of a
+failed proof still comes first.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ PRIORITY: tuple[tuple[str, str], ...] = (
     ("PRIVILEGED_NONZERO", "a privileged process ended with a raw wait status other than 0 (C8)"),
     ("OUTER_UNPROVEN", "an outer process group was not proved absent (C3)"),
     ("CLEANUP_UNVERIFIED", "the cleanup evidence is UNVERIFIED, or there is none (C4)"),
+    ("INTERRUPTED", "the client was interrupted and retired the session on its way out; its sandboxes were killed"),
     ("SESSION_ABANDONED", "the client went away before closing its session"),
     ("SESSION_RECOVERED", "the steward stopped mid-session; recovery closed it"),
     ("VERIFIED", "everything above is clean: the session is fully verified"),
 )
 CODES = tuple(code for code, _ in PRIORITY)
-SESSION_ENDINGS = {"CLOSED": None, "ABANDONED": "SESSION_ABANDONED", "RECOVERED": "SESSION_RECOVERED"}
+SESSION_ENDINGS = {"CLOSED": None, "ABANDONED": "SESSION_ABANDONED", "RECOVERED": "SESSION_RECOVERED", "INTERRUPTED": "INTERRUPTED"}
 _HELPER_FAILURES = {
     "UNREAPED": "HELPER_UNREAPED",
     "SIGNALLED": "HELPER_SIGNALLED",
@@ -71,7 +78,7 @@ def codes(outcomes: Outcomes) -> set[str]:
         found.add(_HELPER_FAILURES[outcomes.helper[-1]])
     if any(status is None for status in outcomes.privileged_statuses):
         found.add("PRIVILEGED_UNREAPED")
-    if any(status not in (None, 0) for status in outcomes.privileged_statuses):
+    if outcomes.ending != "INTERRUPTED" and any(status not in (None, 0) for status in outcomes.privileged_statuses):
         found.add("PRIVILEGED_NONZERO")
     if not all(outcomes.outer_absent):
         found.add("OUTER_UNPROVEN")

@@ -469,6 +469,14 @@ class Session:
         finally:
             self._close_single()
 
+    def interrupt(self) -> api.Closed:
+        """The client was interrupted (SIGINT, SIGTERM) and ends the session on its way out: clean up and
+        retire all the same; the session is UNVERIFIED (INTERRUPTED), never read as a failed proof."""
+        try:
+            return self._end("INTERRUPTED")
+        finally:
+            self._close_single()
+
     def _close_single(self) -> None:
         """An embedded steward exists for its one session: close it once the session has ended (after the export)."""
         if self.single and self.ended:

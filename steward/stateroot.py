@@ -98,6 +98,19 @@ class Lease:
         self.release()
 
 
+def exists(path: str) -> bool:
+    """Whether there is a state root at ``path``; refused (exit 64) when what is there is not a directory."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        raise Refused(path, f"cannot be looked up as the state root ({os.strerror(error.errno)})") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise Refused(path, "is not a directory; the state root must be a directory, or absent to be created")
+    return True
+
+
 class StateRoot:
     """The open state root and its four areas; ``close`` releases the descriptors."""
 
@@ -110,17 +123,19 @@ class StateRoot:
     def open(cls, path: str, *, create: bool = True) -> "StateRoot":
         """Open the state root at the absolute ``path`` and its areas, after every check.
 
-        With ``create`` a missing root or area is made (root-owned, 0700);
-        without it a missing root is refused.
+        With ``create`` a missing root or area is made (root-owned, 0700), but
+        never its parent; without it a missing root is refused.
         """
         if not path.startswith("/") or os.path.normpath(path) != path or path == "/":
             raise Refused(path, "the state root must be a normalized absolute path other than /")
-        if create:
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        if create and not exists(path):
+            # The state root itself, never a directory above it: a flag's typo must not build a tree.
             try:
                 os.mkdir(path, DIRECTORY_MODE)
             except FileExistsError:
                 pass
+            except FileNotFoundError:
+                raise Refused(path, f"cannot be created: its parent {os.path.dirname(path)} does not exist") from None
         try:
             fd = os.open(path, DIRECTORY_FLAGS)
         except OSError as error:

@@ -16,12 +16,13 @@ import json
 import os
 import pathlib
 
-from executor.junit import READ, JunitCounts, PytestEvidence
+from executor.junit import READ, JunitCounts, PytestEvidence, evidence_from_bytes
 from executor.plan import Plan
 from executor.receipts import (
     OP_REAPER,
     OP_ROLE,
     Binding,
+    CaseOutput,
     NotStarted,
     Observed,
     Outcome,
@@ -47,8 +48,24 @@ T0 = 1_767_225_600_000_000
 _pids = itertools.count(4100)
 
 
+def report_xml(counts: JunitCounts) -> bytes:
+    """A junit report with exactly these counts: test case k has each outcome whose count is above k."""
+    cases = []
+    for k in range(counts.tests):
+        inner = b"<skipped/>" if k < counts.skipped else b""
+        inner += b'<failure message="assert %d == %d">E  assert</failure>' % (k, k + 1) if k < counts.failures else b""
+        if k < counts.errors:
+            inner += b'<error message="collection failure"/>' if k < counts.collection_errors else b'<error message="boom"/>'
+        cases.append(b'<testcase classname="tests.test_x" name="test_%d">%s</testcase>' % (k, inner))
+    return b"<testsuites><testsuite>" + b"".join(cases) + b"</testsuite></testsuites>"
+
+
 def junit(tests: int = 1, skipped: int = 0, failures: int = 0, errors: int = 0, collection_errors: int = 0) -> PytestEvidence:
-    return PytestEvidence(READ, JunitCounts(tests, skipped, failures, errors, collection_errors))
+    """The evidence of a report with these counts, as the case service reads it (its size included)."""
+    counts = JunitCounts(tests, skipped, failures, errors, collection_errors)
+    evidence = evidence_from_bytes(report_xml(counts))
+    assert evidence.counts == counts
+    return evidence
 
 
 def exited(code: int) -> int:
@@ -65,11 +82,25 @@ class Run:
     descendants: int = 0
     wall_ms: int = 120
 
+    stdout: bytes = b"out"
+    stderr: bytes = b""
+    # The report bytes when a test needs its own (its evidence then comes from them: evidence_from_bytes).
+    report: bytes | None = None
+
     def outcome(self) -> Outcome:
         if self.limit == "NOT_STARTED":
             return Outcome("NOT_STARTED", self.wait_status, self.descendants, None, NotStarted("exec", 2))
-        observed = Observed(self.wall_ms, self.wall_ms // 2, 20_480, Stream.of(b"out", False), Stream.of(b"", False))
+        observed = Observed(self.wall_ms, self.wall_ms // 2, 20_480, Stream.of(self.stdout, False), Stream.of(self.stderr, False))
         return Outcome(self.limit, self.wait_status, self.descendants, observed, None)
+
+    def output(self) -> CaseOutput | None:
+        """What the case service publishes beside the receipt: the streams, and the report when one was read."""
+        if self.limit == "NOT_STARTED":
+            return None
+        if self.report is not None:
+            return CaseOutput(self.stdout, self.stderr, self.report)
+        read = self.pytest is not None and self.pytest.report == READ
+        return CaseOutput(self.stdout, self.stderr, report_xml(self.pytest.counts) if read else None)
 
 
 # The designed outcome of each case of examples/plan.json, as the case service would observe it.
@@ -154,7 +185,10 @@ class Stage:
     def run(self, case_id: str, run: Run, **journal) -> str:
         """Journal the case's op as the starter does, then publish its receipt; the receipt's file name."""
         process = self.journal_op(run, **journal)
-        receipt = build_receipt(self.binding, case_id, process, run.outcome(), run.pytest, self.writer.head)
+        output = run.output()
+        receipt = build_receipt(self.binding, case_id, process, run.outcome(), run.pytest, self.writer.head, output)
+        for name, data in ({} if output is None else output.files(self.binding.attempt_id, case_id)).items():
+            publish_once(self.dir_fd, name, data)
         publish_once(self.dir_fd, receipt.name, receipt.canonical_bytes())
         return receipt.name
 

@@ -350,12 +350,24 @@ def test_the_workflow_shards_with_plan_shard_and_its_matrix_is_what_plan_shard_p
 
 def test_the_workflow_runs_verify_per_shard_with_sudo_and_uploads_the_evidence():
     text = WORKFLOW.read_text()
-    verify = _command(text, "sudo .venv/bin/casebox verify")
+    verify = _command(text, "sudo --preserve-env=GITHUB_ACTIONS,GITHUB_STEP_SUMMARY .venv/bin/casebox verify")
     assert verify[verify.index("--shard") + 1] == "1/3"
     for flag in ("--bundle", "--sha256", "--plan", "--verifier-tree", "--attempt", "--evidence"):
         assert flag in verify
     assert "path: evidence/" in text and "uses: actions/upload-artifact@v4" in text
     assert "persist-credentials: false" in text
+
+
+def test_the_workflow_uploads_each_case_s_output_under_the_names_casebox_publishes():
+    """Issue 13: the output artifact's globs match the published output files (executor.receipts.OUTPUTS), and
+    verify under sudo keeps the variables the job summary and the annotations need."""
+    from executor.receipts import OUTPUTS
+
+    text = WORKFLOW.read_text()
+    block = text[text.index("name: output-${{ steps.name.outputs.artifact }}"):]
+    globs = re.findall(r"^\s+(evidence/\*\S+)$", block, re.M)[:3]
+    assert sorted(globs) == sorted(f"evidence/*{suffix}" for suffix in OUTPUTS.values())
+    assert "--preserve-env=GITHUB_ACTIONS,GITHUB_STEP_SUMMARY" in text
 
 
 def test_the_workflow_s_evaluate_command_is_one_casebox_accepts(tmp_path, capsys, monkeypatch):

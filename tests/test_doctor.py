@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from executor import doctor
+from executor import VERSION, doctor
 from executor.cli import main
 
 CHECKS = [
@@ -35,6 +35,7 @@ def test_this_host_passes_every_required_check(capsys, sandbox_ids, tmp_path):
     code, out = _doctor(capsys, _config(tmp_path, sandbox_ids), "--json")
     report = json.loads(out)
     assert code == 0 and report["ok"] is True
+    assert report["schema"] == "casebox.doctor.v1"
     assert [check["check"] for check in report["checks"]] == CHECKS
     required = {check["check"]: check for check in report["checks"] if check["required"]}
     assert set(required) == set(CHECKS) - {"cgroup_v2", "launcher_source"}
@@ -49,7 +50,7 @@ def test_this_host_passes_every_required_check(capsys, sandbox_ids, tmp_path):
 def test_text_output_prints_the_configuration_and_one_sentence_per_check(capsys, sandbox_ids, tmp_path):
     code, out = _doctor(capsys, _config(tmp_path, sandbox_ids), "--state-root", str(tmp_path))
     lines = out.splitlines()
-    assert code == 0 and lines[0].startswith("casebox doctor: configuration from ")
+    assert code == 0 and lines[0].startswith(f"casebox doctor: casebox {VERSION}, configuration from ")
     assert f"  state_root = {tmp_path}" in lines
     verdicts = [line for line in lines if line.startswith(("PASS  ", "FAIL  "))]
     assert [line.split()[1].rstrip(":") for line in verdicts] == CHECKS
@@ -73,11 +74,15 @@ def test_a_failed_required_check_exits_1_with_what_to_do(capsys, sandbox_ids, tm
     assert f"{squatter.pid} (sleep)" in check["detail"] and "set another sandbox_uid" in check["detail"]
 
 
-def test_without_root_the_root_check_says_sudo(capsys, monkeypatch):
+def test_without_root_the_root_check_says_sudo_with_the_caller_s_config(capsys, monkeypatch):
+    """Issue 13: the suggested command is the caller's own command line under sudo, --config and all."""
+    from executor import frontend
+
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(frontend, "_invocation", ["--config", "/srv/my casebox.toml", "doctor"])
     check = doctor.check_root()
     assert (check.status, check.required) == ("FAIL", True)
-    assert "sudo .venv/bin/casebox doctor" in check.detail
+    assert "run it as root: sudo casebox --config '/srv/my casebox.toml' doctor" in check.detail
 
 
 def test_launcher_sources_writable_by_others_are_reported(tmp_path, monkeypatch):
@@ -102,3 +107,10 @@ def test_renameat2_is_probed_on_the_state_roots_filesystem_and_leaves_nothing(tm
     check = doctor.check_renameat2(str(tmp_path / "not" / "yet"))
     assert check.passed and str(tmp_path) in check.detail
     assert os.listdir(tmp_path) == []
+
+
+def test_a_state_root_that_is_a_file_is_refused_not_reported_well(capsys, tmp_path, casebox):
+    """F1, issue 13: doctor never says all is well for a state root that cannot be one: exit 64 naming it."""
+    state = tmp_path / "state"
+    state.write_text("not a directory")
+    casebox.refused("doctor", "--state-root", str(state), naming=str(state))

@@ -333,7 +333,7 @@ def test_evidence_files_are_read_at_most_one_byte_past_their_cap(tmp_path, count
     path = stage.receipt_path("c0")
     path.unlink()
     path.write_bytes(b" " * (4 << 20))
-    others = stage.path("journal").stat().st_size + stage.path("seal.json").stat().st_size
+    others = sum(entry.stat().st_size for entry in stage.directory.iterdir() if entry != path)
     assert judge(plan, [stage.directory])["cases"]["c0"] == (UNVERIFIED, "malformed")
     assert sum(counted_reads) == others + RECEIPT_MAX_BYTES + 1
 
@@ -707,10 +707,15 @@ def test_the_report_is_created_once_and_never_overwritten(tmp_path):
     publish_report(str(reports), evaluate(expected, [str(directory)]))
     os.chmod(directory, 0o755)
     (directory / f"{ATTEMPT}.c1.receipt.json").unlink()
-    with pytest.raises(Refused, match="never rewritten"):
+    with pytest.raises(Refused) as caught:
         publish_report(str(reports), evaluate(expected, [str(directory)]))
     assert pathlib.Path(path).read_bytes() == first
     assert os.listdir(reports) == [f"report-{ATTEMPT}.json"]
+    # Issue 13: the refusal does not hide the answer: it says how the two differ and what this one's verdict is.
+    sentence = caught.value.sentence()
+    assert sentence.startswith(f"{path}: already holds another evaluation of attempt {ATTEMPT}")
+    assert "it differs in cases, verdict; its verdict is PASS" in sentence
+    assert "this evaluation's verdict is UNVERIFIED and was not written" in sentence
 
 
 def test_the_report_does_not_depend_on_the_order_of_the_directories(tmp_path, demo_plan):
@@ -796,3 +801,119 @@ def test_evaluate_refuses_bad_command_line_input(tmp_path, casebox, change, nami
     args = [item for pair in options.items() for item in pair]
     casebox.refused("evaluate", *args, naming=naming)
     assert not (tmp_path / f"report-{ATTEMPT}.json").exists()
+
+
+# --- published output (docs/receipts.md, "Published output") ---------------------------------------------
+
+
+def _published_stage(tmp_path, plan: Plan | None = None, runs: dict[str, Run] | None = None) -> Stage:
+    plan = plan or simple_plan("pytest", "python-module")
+    stage = one_stage(tmp_path, plan, runs or {"c0": Run("EXIT_NONZERO", exited(1), junit(2, failures=1)), "c1": Run(stdout=b"hi\n")})
+    stage.seal()
+    os.chmod(stage.directory, 0o755)
+    return stage
+
+
+def _judge_published(stage: Stage, plan: Plan | None = None) -> dict:
+    return judge(plan or simple_plan("pytest", "python-module"), [stage.directory])
+
+
+def test_every_published_file_is_bound_and_the_fail_shows_its_failing_tests(tmp_path):
+    """Issue 13: the evidence holds each case's stdout, stderr and junit; the FAIL shows what failed."""
+    stage = _published_stage(tmp_path)
+    names = sorted(os.listdir(stage.directory))
+    assert f"{ATTEMPT}.c0.junit.xml" in names and f"{ATTEMPT}.c0.stdout" in names and f"{ATTEMPT}.c1.stderr" in names
+    assert f"{ATTEMPT}.c1.junit.xml" not in names
+    result = _judge_published(stage)
+    assert result["cases"] == {"c0": (FAIL, "exit_mismatch"), "c1": (PASS, "passed")}
+    detail = result["report"].cases[0].detail
+    assert [(test.test, test.message) for test in detail.failing] == [("tests.test_x::test_0", "assert 0 == 1")]
+    assert detail.sentence == "exit code 1, expected 0" and result["report"].cases[1].detail is None
+
+
+@pytest.mark.parametrize("tamper", ["missing", "changed", "symlink", "extra", "fifo"])
+def test_published_output_that_is_not_what_the_receipt_binds_is_unverified(tmp_path, tamper):
+    """E1, issue 13: a bound file missing, changed, a symlink or not regular, or a file the receipt does not
+    bind, makes the case UNVERIFIED (output_mismatch); the other case is untouched."""
+    stage = _published_stage(tmp_path)
+    target = stage.path(f"{ATTEMPT}.c1.stdout")
+    if tamper == "missing":
+        target.unlink()
+    elif tamper == "changed":
+        os.chmod(target, 0o644)
+        target.write_bytes(b"HI\n")
+    elif tamper == "symlink":
+        target.unlink()
+        target.symlink_to(stage.path(f"{ATTEMPT}.c1.stderr"))
+    elif tamper == "fifo":
+        target.unlink()
+        os.mkfifo(target)
+    else:
+        stage.path(f"{ATTEMPT}.c1.junit.xml").write_bytes(b"<testsuites/>")
+    result = _judge_published(stage)
+    assert result["cases"] == {"c0": (FAIL, "exit_mismatch"), "c1": (UNVERIFIED, "output_mismatch")}
+
+
+def test_published_output_of_another_case_or_attempt(tmp_path):
+    """E2: an output of another attempt is ignored like its receipt; one for a case outside the plan is a
+    stray file (unexpected_file)."""
+    stage = _published_stage(tmp_path)
+    stage.path("other-attempt.c1.stdout").write_bytes(b"stale")
+    assert _judge_published(stage)["report"].problems == ()
+    stage.path(f"{ATTEMPT}.c9.stdout").write_bytes(b"who?")
+    result = _judge_published(stage)
+    assert result["report"].problems == ("unexpected_file",) and result["cases"]["c1"] == (PASS, "passed")
+
+
+def test_the_published_report_only_ever_downgrades(tmp_path, monkeypatch):
+    """E5: counts recomputed from the published junit that say vacuous turn a PASS into UNVERIFIED; counts that
+    would pass never turn a FAIL into a PASS."""
+    from executor import published
+    from executor.junit import JunitCounts, READ
+
+    plan = simple_plan("pytest", "pytest")
+    stage = _published_stage(tmp_path, plan, {"c0": Run(pytest=junit(2)), "c1": Run("EXIT_NONZERO", exited(1), junit(2, failures=1))})
+    assert _judge_published(stage, plan)["cases"] == {"c0": (PASS, "passed"), "c1": (FAIL, "exit_mismatch")}
+    monkeypatch.setattr(published, "evidence_from_bytes", lambda data, cap: PytestEvidence(READ, JunitCounts(2, 2, 0, 0, 0), len(data), cap))
+    assert _judge_published(stage, plan)["cases"] == {"c0": (UNVERIFIED, "vacuous"), "c1": (UNVERIFIED, "vacuous")}
+    monkeypatch.setattr(published, "evidence_from_bytes", lambda data, cap: PytestEvidence(READ, JunitCounts(2, 0, 0, 0, 0), len(data), cap))
+    assert _judge_published(stage, plan)["cases"] == {"c0": (PASS, "passed"), "c1": (UNVERIFIED, "junit_contradicts")}
+    vacuous = _published_stage(tmp_path / "vacuous", plan, {"c0": Run(pytest=junit(0)), "c1": Run(pytest=junit(3, skipped=3))})
+    assert _judge_published(vacuous, plan)["cases"] == {"c0": (UNVERIFIED, "vacuous"), "c1": (UNVERIFIED, "vacuous")}, \
+        "a report that would pass never lifts a vacuous receipt"
+
+
+def test_a_refused_junit_report_names_its_size_and_cap(tmp_path):
+    """Issue 13: junit_refused says which cap was hit and by how much; a malformed report within its cap says why."""
+    plan = simple_plan("pytest", "pytest")
+    big = PytestEvidence("refused", None, 2_000_000, 1_048_576)
+    bad = b"<testsuites><testsuite>"
+    stage = _published_stage(tmp_path, plan, {"c0": Run(pytest=big), "c1": Run(pytest=PytestEvidence("refused", None, len(bad)), report=bad)})
+    report = _judge_published(stage, plan)["report"]
+    assert [(case.reason, case.detail.sentence) for case in report.cases] == [
+        ("junit_refused", "the junit report is 2000000 bytes, over its 1048576-byte cap"),
+        ("junit_refused", f"the junit report ({len(bad)} bytes, cap 1048576) is not well-formed XML (no element found)"),
+    ]
+
+
+def test_a_junit_missing_case_shows_the_last_line_of_stderr(tmp_path):
+    """Issue 13: 24 x junit_missing said nothing; the last stderr line says a test dependency was missing."""
+    plan = simple_plan("pytest")
+    stderr = b"Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'hypothesis'\n"
+    stage = _published_stage(tmp_path, plan, {"c0": Run("EXIT_NONZERO", exited(4), PytestEvidence("missing", None), stderr=stderr)})
+    (case,) = _judge_published(stage, plan)["report"].cases
+    assert (case.status, case.reason) == (UNVERIFIED, "junit_missing")
+    assert case.detail.output_tail == "ModuleNotFoundError: No module named 'hypothesis'"
+
+
+def test_a_full_stage_s_evidence_fits_the_directory_and_the_steward_s_bounds():
+    """E1, E4: the most cases one stage's journal holds, each with a receipt and three published files, plus the
+    journal and the seal marker, stay within the evaluator's and the steward's evidence counts."""
+    from executor.evaluate import MAX_EVIDENCE_ENTRIES
+    from executor.receipts import OUTPUTS
+    from executor.verify import cases_per_stage
+    from steward import api
+
+    most = cases_per_stage("/s")
+    assert most * (1 + len(OUTPUTS)) <= api.MAX_EVIDENCE_FILES
+    assert 2 + most * (1 + len(OUTPUTS)) <= MAX_EVIDENCE_ENTRIES

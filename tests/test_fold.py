@@ -31,6 +31,7 @@ TRIGGERS = [
     ("PRIVILEGED_NONZERO", dict(privileged_statuses=(0, 256))),
     ("OUTER_UNPROVEN", dict(outer_absent=(True, False))),
     ("CLEANUP_UNVERIFIED", dict(cleanup="UNVERIFIED")),
+    ("INTERRUPTED", dict(ending="INTERRUPTED")),
     ("SESSION_ABANDONED", dict(ending="ABANDONED")),
     ("SESSION_RECOVERED", dict(ending="RECOVERED")),
 ]
@@ -52,6 +53,10 @@ def test_the_highest_priority_code_wins_over_every_lower_one():
     for (high, first), (low, second) in itertools.combinations(TRIGGERS, 2):
         merged = {**first, **second} if set(first) != set(second) else first
         if set(first) & set(second):
+            continue
+        if (high, low) == ("PRIVILEGED_NONZERO", "INTERRUPTED"):
+            # The one exception, by design: the interruption's own kills warrant no code.
+            assert fold.diagnostic(outcomes(**merged)) == "INTERRUPTED"
             continue
         assert fold.diagnostic(outcomes(**merged)) == high, (high, low)
 
@@ -102,6 +107,17 @@ def test_only_privileged_processes_need_status_zero():
     assert cleanup.journal_diagnostic(op_failed, "CLOSED", True, claimed) == "VERIFIED"
     launcher_failed = _journal(("launcher", 256), ("namespace", 0), ("descendant", 0))
     assert cleanup.journal_diagnostic(launcher_failed, "CLOSED", True, claimed) == "PRIVILEGED_NONZERO"
+
+
+def test_an_interrupted_session_is_interrupted_not_a_failed_proof():
+    """C7, issue 13: the interruption killed the sandboxes, so a nonzero launcher is no code of its own; a proof
+    that failed still comes first."""
+    killed = outcomes(ending="INTERRUPTED", privileged_statuses=(0, 9, 9))
+    assert fold.codes(killed) == {"INTERRUPTED"} and fold.diagnostic(killed) == "INTERRUPTED"
+    assert fold.diagnostic(outcomes(ending="ABANDONED", privileged_statuses=(0, 9))) == "PRIVILEGED_NONZERO"
+    assert fold.diagnostic(outcomes(ending="INTERRUPTED", privileged_statuses=(9, None))) == "PRIVILEGED_UNREAPED"
+    assert fold.diagnostic(outcomes(ending="INTERRUPTED", cleanup="UNVERIFIED")) == "CLEANUP_UNVERIFIED"
+    assert not fold.verified(fold.diagnostic(outcomes(ending="INTERRUPTED")))
 
 
 def test_a_sandbox_without_an_outer_claim_is_unproven():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import html.parser
 import json
@@ -16,6 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evidence_support import Run, Stage
+from executor import VERSION
 from executor.cli import main
 from journal.format import CAP, MAX_PAYLOAD, RESERVE_START, Kind, sandbox_of
 from journal.reader import Verdict, read_journal
@@ -24,6 +27,8 @@ from journal.replay import render_text
 from journal.replay_html import MAX_ROWS, render_html
 from journal.timeline import Process, Sandbox, since, timeline
 from journal.writer import JournalWriter
+from plan_support import case as case_doc
+from plan_support import plan as make_plan
 from journal_support import (
     GOLDEN,
     REPO,
@@ -57,7 +62,8 @@ def test_verify_exits_zero_only_for_valid(capsys, name, verdict, code):
     """J4: verify prints one verdict line and exits 0 only for VALID, 1 for any other verdict."""
     result, out, err = run(capsys, "verify", str(GOLDEN / name))
     assert (result, err) == (code, "")
-    assert out.count("\n") == 1 and f": {verdict}, " in out
+    shown = "VALID (unanchored)" if verdict == "VALID" else verdict
+    assert out.count("\n") == 1 and f": {shown}, " in out
 
 
 def test_verify_json_fields(capsys):
@@ -66,8 +72,9 @@ def test_verify_json_fields(capsys):
     reading = read_journal(golden("torn_header.bin"))
     assert result == 1
     assert json.loads(out) == {
+        "schema": "casebox.journal-verify.v1", "casebox_version": VERSION,
         "verdict": "TORN", "records": len(reading.records), "valid_bytes": reading.valid_bytes,
-        "head": reading.head, "reason": reading.reason,
+        "head": reading.head, "reason": reading.reason, "anchored": False, "anchors": [],
     }
 
 
@@ -85,7 +92,8 @@ def test_verify_expect_head_and_stage(capsys):
 @pytest.mark.parametrize("argv", [["verify", "/nonexistent/journal"], ["show", "/nonexistent/journal"],
                                   ["replay", "/nonexistent/journal"]])
 def test_unreadable_path_exits_64(capsys, argv):
-    """F1: a path that cannot be read is exit 64 with one sentence naming it."""
+    """F1: a path that cannot be read (one that does not exist included) is exit 64 with one sentence naming it;
+    MISSING is only a directory that holds no journal (docs/journal-format.md, "Journals on disk")."""
     code, out, err = run(capsys, *argv)
     assert (code, out) == (64, "")
     assert err.count("\n") == 1 and "/nonexistent/journal" in err
@@ -582,3 +590,123 @@ def test_workflow_commands_in_a_handed_in_journal_are_neutralized_in_every_view(
         assert "#\\x23[warning]forged" in out
     page = render_html(read_journal(path.read_bytes()), "journal")
     assert "##[" not in page and "#\\x23[warning]forged" in page
+
+
+# --- anchors: the seal marker and the caller's expectations (docs/journal-format.md, "Anchors") ----------
+
+PLAN = make_plan(case_doc("c0", "pytest", ("t",), 1000, True, 0), case_doc("c1", "python-module", ("m",), 1000, True, 0))
+PHASES = (("extract", "s-1"), ("resolve", "s-2"), ("fetch", "s-3"), ("install", "s-4"))
+
+
+def sealed_evidence(tmp_path):
+    """An evidence directory as verify leaves it: journal, seal.json, receipts and outputs of two cases."""
+    stage = Stage(tmp_path / "evidence", PLAN, phases=PHASES)
+    stage.journal_op(Run(), sandbox="s-1")
+    stage.run("c0", Run("TIMEOUT", 9), sandbox="s-5")
+    stage.run("c1", Run("OUTPUT", 9), sandbox="s-6")
+    marker = stage.seal()
+    return stage.directory, marker
+
+
+def edit_last_time(path) -> None:
+    """One digit of the last record's ``at`` changed in place: the chain still decodes, only its head moves."""
+    data = bytearray(path.read_bytes())
+    last = read_journal(bytes(data)).records[-1]
+    start = last.offset + 8 + last.payload.index(b'"at":') + len(b'"at":')
+    end = start + last.payload[start - last.offset - 8:].index(b",")
+    data[end - 1] = ord("1") if data[end - 1] != ord("1") else ord("2")
+    os.chmod(path, 0o644)
+    path.write_bytes(bytes(data))
+
+
+def test_a_sealed_directory_is_anchored_by_its_seal_marker(capsys, tmp_path):
+    """J4, issue 13: verify of a tombstone or evidence directory checks the journal against seal.json."""
+    directory, marker = sealed_evidence(tmp_path)
+    code, out, _ = run(capsys, "verify", str(directory))
+    assert code == 0 and f": VALID (anchored by {directory}/seal.json), " in out
+    code, out, _ = run(capsys, "verify", "--json", str(directory / "journal"))
+    value = json.loads(out)
+    assert code == 0 and value["anchored"] is True
+    assert value["anchors"] == [{"source": f"{directory}/seal.json", "stage_id": marker.stage_id,
+                                 "journal_id": marker.journal_id, "head": marker.head}]
+
+
+def test_a_journal_whose_last_record_was_edited_is_substituted_against_its_seal(capsys, tmp_path):
+    """J4, issue 13: one digit of RETIRED's at changed; alone the chain is VALID (unanchored), against its seal
+    marker it is SUBSTITUTED and the reason names the head and the marker."""
+    directory, marker = sealed_evidence(tmp_path)
+    edit_last_time(directory / "journal")
+    code, out, _ = run(capsys, "verify", str(directory))
+    head = read_journal((directory / "journal").read_bytes()).head
+    assert code == 1 and ": SUBSTITUTED, " in out
+    assert f"the head is {head}, not {marker.head} as {directory}/seal.json says" in out
+    for command in ("show", "replay"):
+        assert run(capsys, command, str(directory))[0] == 1
+    alone = tmp_path / "alone.bin"
+    shutil.copy(directory / "journal", alone)
+    code, out, _ = run(capsys, "verify", str(alone))
+    assert code == 0 and ": VALID (unanchored), " in out
+    assert json.loads(run(capsys, "verify", "--json", str(alone))[1])["anchored"] is False
+
+
+def test_a_seal_marker_of_another_stage_names_every_difference(capsys, tmp_path):
+    """J4: the reason says what differed: the stage, the journal id and the head, each against its source."""
+    directory, marker = sealed_evidence(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(directory / "journal", other / "journal")
+    forged = dataclasses.replace(marker, stage_id="s-other", journal_id="j-other", head="0" * 64)
+    (other / "seal.json").write_bytes(forged.canonical_bytes())
+    code, out, _ = run(capsys, "verify", str(other))
+    assert code == 1 and "SUBSTITUTED" in out
+    for clause in (f"bound to stage {marker.stage_id!r}, not 's-other'", f"journal {marker.journal_id!r}, not 'j-other'",
+                   f"not {'0' * 64} as {other}/seal.json says"):
+        assert clause in out, clause
+
+
+def test_expect_journal_and_the_caller_s_anchor_beside_the_seal(capsys, tmp_path):
+    """J4: --expect-journal is checked like --expect-stage; a flag that contradicts the seal is SUBSTITUTED."""
+    directory, marker = sealed_evidence(tmp_path)
+    assert run(capsys, "verify", str(directory), "--expect-journal", marker.journal_id)[0] == 0
+    code, out, _ = run(capsys, "verify", str(directory), "--expect-journal", "j-other")
+    assert code == 1 and f"the chain is journal {marker.journal_id!r}, not 'j-other' as --expect-journal says" in out
+    code, out, _ = run(capsys, "verify", str(directory), "--expect-stage", marker.stage_id, "--expect-head", "1" * 64)
+    assert code == 1 and "as --expect-stage and --expect-head says" in out
+    code, out, _ = run(capsys, "verify", str(GOLDEN / "every_kind.bin"), "--expect-stage", "stage-1")
+    assert code == 0 and ": VALID (unanchored), " in out, "a stage alone does not fix the head"
+
+
+@pytest.mark.parametrize("seal", [b"{}", b"not json", b"x" * 5000])
+def test_an_unreadable_seal_marker_is_refused_naming_it(capsys, tmp_path, seal):
+    """F1: a seal marker that cannot anchor the journal is refused input, never silently ignored."""
+    directory, _ = sealed_evidence(tmp_path)
+    os.chmod(directory, 0o755)
+    os.chmod(directory / "seal.json", 0o644)
+    (directory / "seal.json").write_bytes(seal)
+    code, out, err = run(capsys, "verify", str(directory))
+    assert (code, out) == (64, "") and f"{directory}/seal.json" in err and err.count("\n") == 1
+
+
+def test_show_prints_times_in_iso_8601(capsys):
+    """Issue 13: a reviewer reads times, not microseconds; the JSON keeps both."""
+    code, out, _ = run(capsys, "show", str(GOLDEN / "minimal.bin"))
+    assert code == 0 and "created=2026-01-01T00:00:00.000000Z" in out and "1767225600000000" not in out
+    value = json.loads(run(capsys, "show", "--json", str(GOLDEN / "minimal.bin"))[1])
+    assert value["schema"] == "casebox.journal-show.v1"
+    assert value["entries"][0]["time"] == "2026-01-01T00:00:00.000000Z"
+    assert value["entries"][0]["fields"]["created"] == 1767225600000000
+
+
+def test_replay_with_evidence_names_each_sandbox_and_the_limit_of_each_kill(capsys, tmp_path):
+    """Issue 13: the receipts say which sandbox was which phase or case, and why a SIGKILL happened."""
+    directory, _ = sealed_evidence(tmp_path)
+    code, out, _ = run(capsys, "replay", str(directory), "--evidence", str(directory))
+    assert code == 0 and f"VALID (anchored by {directory}/seal.json)" in out
+    assert "sandbox s-1 (extract)" in out and "sandbox s-5 (case c0)" in out and "sandbox s-6 (case c1)" in out
+    assert "killed by SIGKILL (9) (raw 9), reaped by launcher, limit class TIMEOUT" in out
+    assert "limit class OUTPUT" in out
+    html = tmp_path / "replay.html"
+    assert run(capsys, "replay", str(directory), "--evidence", str(directory), "--html", str(html))[0] == 0
+    assert "SIGKILL (TIMEOUT)" in html.read_text()
+    plain = run(capsys, "replay", str(directory))[1]
+    assert "limit class" not in plain

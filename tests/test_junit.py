@@ -153,7 +153,7 @@ def test_the_report_size_is_bounded_by_its_cap():
 
 def test_evidence_from_bytes_maps_absence_and_refusal():
     assert evidence_from_bytes(None) == PytestEvidence("missing", None)
-    assert evidence_from_bytes(b"<!DOCTYPE x><x/>") == PytestEvidence("refused", None)
+    assert evidence_from_bytes(b"<!DOCTYPE x><x/>") == PytestEvidence("refused", None, 16)
     assert evidence_from_bytes(PYTEST_REPORT).report == "read"
 
 
@@ -168,7 +168,7 @@ def test_the_report_is_read_from_the_work_directory(work):
     path, fd = work
     assert evidence_from_directory(fd) == PytestEvidence("missing", None)
     (path / "junit.xml").write_bytes(PYTEST_REPORT)
-    assert evidence_from_directory(fd) == PytestEvidence("read", counts_from_report(PYTEST_REPORT))
+    assert evidence_from_directory(fd) == PytestEvidence("read", counts_from_report(PYTEST_REPORT), len(PYTEST_REPORT))
 
 
 def test_a_symlinked_report_is_refused_not_followed(work, tmp_path_factory):
@@ -195,5 +195,41 @@ def test_an_oversized_report_file_is_refused_after_reading_one_byte_past_the_cap
     """E5: reading stops at cap + 1 bytes."""
     path, fd = work
     (path / "junit.xml").write_bytes(b" " * (REPORT_MAX_BYTES + 4096))
-    assert evidence_from_directory(fd) == PytestEvidence("refused", None)
+    assert evidence_from_directory(fd) == PytestEvidence("refused", None, REPORT_MAX_BYTES + 4096, REPORT_MAX_BYTES)
     assert sum(counted_reads) == REPORT_MAX_BYTES + 1
+
+
+def test_an_oversized_report_is_not_kept_for_publishing_and_says_its_size_and_cap(work):
+    """E5, issue 13: a refused oversized report names its size and its cap, and no bytes of it are published."""
+    path, fd = work
+    (path / "junit.xml").write_bytes(b" " * 5000)
+    report = junit.report_from_directory(fd, cap=4096)
+    assert report.data is None
+    assert (report.evidence.bytes, report.evidence.cap, report.evidence.over_cap) == (5000, 4096, True)
+
+
+def test_a_report_within_its_cap_is_kept_whole_even_when_refused(work):
+    """A malformed report within the cap is kept, so a reviewer can see what the case wrote."""
+    path, fd = work
+    (path / "junit.xml").write_bytes(b"<x/>")
+    report = junit.report_from_directory(fd)
+    assert report.data == b"<x/>" and report.evidence.report == "refused" and not report.evidence.over_cap
+
+
+def test_the_first_failing_tests_are_kept_with_the_first_line_of_their_message():
+    """Display only: the ids and first message lines of failing tests, at most SHOWN_FAILURES of them."""
+    failing = junit.failing_tests(PYTEST_REPORT)
+    assert failing == (
+        junit.FailingTest("test_ok::test_b", "assert 1 == 2"),
+        junit.FailingTest("test_ok::test_d", 'failed on setup with "RuntimeError: x"'),
+    )
+    many = suite(b"".join(b'<testcase classname="c" name="t%d"><failure>E  boom %d\nmore</failure></testcase>' % (n, n) for n in range(5)))
+    assert [(test.test, test.message) for test in junit.failing_tests(many)] == [("c::t0", "E  boom 0"), ("c::t1", "E  boom 1"), ("c::t2", "E  boom 2")]
+
+
+def test_failing_tests_are_read_under_the_same_guards_as_the_counts():
+    """E5: the display pass refuses what the counting pass refuses (no DTD, bounded depth)."""
+    with pytest.raises(Refused):
+        junit.failing_tests(b'<!DOCTYPE x [<!ENTITY a "b">]><testsuites/>')
+    with pytest.raises(Refused):
+        junit.failing_tests(b"<testsuites>" + b"<testsuite>" * 9 + b"</testsuite>" * 9 + b"</testsuites>")

@@ -29,6 +29,7 @@ from executor.ownership import Gate, OwnershipError
 
 from executor.preparer import Dependencies, Preparer, Unresolved
 from executor.receipts import STEP_DEPENDENCIES, STEP_INSTALL, STEP_RUNNER, receipt_from_bytes
+from executor.reporting import Progress
 from executor.resolverproto import acks_from_bytes, leaf
 from executor.staging import Staging
 from journal.errors import Refused
@@ -61,7 +62,8 @@ def service_for(session, plan=PLAN) -> CaseService:
 
 
 def receipts(session) -> dict:
-    return {receipt_from_bytes(data).case_id: receipt_from_bytes(data) for data in session.published.values()}
+    found = [receipt_from_bytes(data) for name, data in session.published.items() if name.endswith(".receipt.json")]
+    return {receipt.case_id: receipt for receipt in found}
 
 
 # --- materialization ----------------------------------------------------------------------------
@@ -185,6 +187,35 @@ def test_a_pytest_case_reads_its_junit_report_from_its_own_sealed_output(tmp_pat
     assert receipt.pytest.report == READ and receipt.pytest.counts.tests == 2
     assert session.ops[0].write == ["junit-0"] and session.ops[0].read == ["site", "verifier", "runner"]
     assert (tmp_path / "s" / "sealed" / "junit-0" / "junit.xml").exists()
+
+
+def test_each_case_publishes_its_output_and_junit_report_before_its_receipt(tmp_path):
+    """E4, issue 13: the case's stdout, stderr and junit report are stored beside its receipt, which binds each;
+    the receipt comes last, so evidence never holds a receipt whose files are not there yet."""
+
+    def answer(op):
+        (op.outputs["junit-0"] / "junit.xml").write_bytes(JUNIT)
+        return outcome(stdout=b"2 passed\n")
+
+    session = FakeSession(tmp_path / "s", answer)
+    service_for(session).run_cases(CASES[:1], BINDING, None)
+    names = list(session.published)
+    attempt = BINDING.attempt_id
+    assert names == [f"{attempt}.c0.stdout", f"{attempt}.c0.stderr", f"{attempt}.c0.junit.xml", f"{attempt}.c0.receipt.json"]
+    assert session.published[f"{attempt}.c0.junit.xml"] == JUNIT
+    assert session.published[f"{attempt}.c0.stdout"] == b"2 passed\n"
+    published = receipts(session)["c0"].published
+    assert published.junit.sha256 == hashlib.sha256(JUNIT).hexdigest() and published.stdout.bytes == 9
+
+
+def test_each_finished_case_is_told_to_the_progress_as_its_receipt_is_stored(tmp_path):
+    """Issue 13: progress hears of every case as it finishes, with its receipt, in plan order."""
+    session = FakeSession(tmp_path / "s")
+    heard = []
+    service = CaseService(Gate(session), session, runtime=RUNTIME, progress=lambda line: None,
+                          finished=lambda case, receipt: heard.append((case.id, receipt.case_id, receipt.name in session.published)))
+    service.run_cases(CASES, BINDING, None)
+    assert heard == [("c0", "c0", True), ("c1", "c1", True), ("c2", "c2", True)]
 
 
 def test_the_case_service_owns_the_sandbox_right(tmp_path):
@@ -384,7 +415,7 @@ def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(t
         index=str(REPO / "examples" / "index"),
     )
     with pytest.raises(SandboxFailure):
-        verify(Config(state_root=str(tmp_path / "state")), request, progress=lambda line: None)
+        verify(Config(state_root=str(tmp_path / "state")), request, progress=Progress(quiet=True))
     assert calls == ["abandon"] and not (tmp_path / "evidence").exists()
     assert set(session.capabilities) == {"verifier", "index", "bundle", "tools"}
     session.release()

@@ -13,13 +13,19 @@ import pytest
 
 from executor.junit import JunitCounts, PytestEvidence
 from executor.receipts import (
+    OUTPUT_EDGE_BYTES,
     Binding,
+    Bound,
+    CaseOutput,
     ProcessIdentity,
     Receipt,
     Stream,
     build_receipt,
+    kept_output,
     name_parts,
     never_started,
+    output_name,
+    output_name_parts,
     outcome_from_launcher,
     receipt_from_bytes,
     receipt_name,
@@ -40,6 +46,7 @@ BINDING = Binding(
     runtime_inventory_digest="sha256:" + "5" * 64,
     runner_inventory_digest="sha256:" + "6" * 64,
     stage_id="stage-1",
+    phases=(("extract", "stage-1-1"), ("resolve", "stage-1-2"), ("fetch", "stage-1-3"), ("install", "stage-1-4")),
 )
 PROCESS = ProcessIdentity("op-3", 4242, 987654, 4242)
 HEAD = "a" * 64
@@ -52,9 +59,18 @@ def ran(limit="OK", wait_status=0, **fields) -> OpResult:
     return OpResult(limit, wait_status, **values)
 
 
+REPORT = b'<testsuites><testsuite><testcase name="a"/><testcase name="b"/><testcase name="c"><skipped/></testcase></testsuite></testsuites>'
+
+
+def built(case_id: str, observation, pytest=None, head: str = HEAD, binding: Binding = BINDING, junit: bytes | None = None) -> Receipt:
+    """A receipt as the case service builds it: an op that ran binds its published output."""
+    output = CaseOutput.of(observation, junit) if isinstance(observation, OpResult) else None
+    return build_receipt(binding, case_id, PROCESS, outcome_from_launcher(observation), pytest, head, output)
+
+
 def pytest_receipt(**changes) -> Receipt:
-    evidence = PytestEvidence("read", JunitCounts(3, 1, 0, 0, 0))
-    receipt = build_receipt(BINDING, "pass", PROCESS, outcome_from_launcher(ran()), evidence, HEAD)
+    evidence = PytestEvidence("read", JunitCounts(3, 1, 0, 0, 0), len(REPORT))
+    receipt = built("pass", ran(), evidence, junit=REPORT)
     return dataclasses.replace(receipt, **changes)
 
 
@@ -91,7 +107,8 @@ def test_the_launcher_s_observation_maps_to_the_receipt_fields():
 
 def test_an_op_that_failed_before_exec_has_no_exit_code():
     """C1: a not-started op keeps its raw wait status and process identity, but has no exit code and no measurements."""
-    receipt = build_receipt(BINDING, "c", PROCESS, outcome_from_launcher(OpNotStarted("exec", 2, 127 << 8, 0)), None, HEAD)
+    receipt = built("c", OpNotStarted("exec", 2, 127 << 8, 0))
+    assert receipt.published is None
     assert receipt.outcome.limit == "NOT_STARTED" and receipt.outcome.wait_status == 127 << 8
     assert receipt.exit_code is None
     assert receipt_from_bytes(receipt.canonical_bytes()) == receipt
@@ -99,7 +116,7 @@ def test_an_op_that_failed_before_exec_has_no_exit_code():
 
 def test_not_started_is_closed_too():
     """D1: the not_started object refuses fields it does not know."""
-    receipt = build_receipt(BINDING, "c", PROCESS, outcome_from_launcher(OpNotStarted("exec", 2, 127 << 8, 0)), None, HEAD)
+    receipt = built("c", OpNotStarted("exec", 2, 127 << 8, 0))
     value = json.loads(receipt.canonical_bytes())
     value["not_started"]["message"] = "exec failed"
     with pytest.raises(Refused) as caught:
@@ -118,7 +135,7 @@ def test_a_case_whose_op_never_had_a_process_has_null_identity_and_status():
 @pytest.mark.parametrize("status, code", [(0, 0), (1 << 8, 1), (255 << 8, 255), (9, None), (0x8B, None)])
 def test_the_exit_code_is_derived_from_the_raw_wait_status(status, code):
     limit = "OK" if status == 0 else ("EXIT_NONZERO" if status & 0x7F == 0 else "SIGNALLED")
-    receipt = build_receipt(BINDING, "c", PROCESS, outcome_from_launcher(ran(limit, status)), None, HEAD)
+    receipt = built("c", ran(limit, status))
     assert receipt.exit_code == code
 
 
@@ -158,6 +175,20 @@ REFUSALS = [
     ("string for an int", _set(["observed", "wall_ms"], "1500"), "$.observed.wall_ms"),
     ("int for a bool", _set(["observed", "stderr", "truncated"], 0), "$.observed.stderr.truncated"),
     ("schema", _set(["schema"], "casebox.receipt.v1"), "$.schema"),
+    ("casebox version", _set(["casebox_version"], "1 2"), "$.casebox_version"),
+    ("missing casebox version", _delete(["casebox_version"]), "$.casebox_version"),
+    ("unknown phase", _set(["phases", 0, "phase"], "case"), "$.phases[0].phase"),
+    ("unknown field in a phase", _set(["phases", 0, "pid"], 1), "$.phases[0].pid"),
+    ("phase sandbox not an id", _set(["phases", 0, "sandbox"], "../x"), "$.phases[0].sandbox"),
+    ("report size over its cap when read", _set(["pytest", "bytes"], 2 << 20), "$.pytest.bytes"),
+    ("report size for a missing report", _set(["pytest"], {"report": "missing", "counts": None, "bytes": 10, "cap": 100}), "$.pytest.bytes"),
+    ("unknown field in published", _set(["published", "stdin"], None), "$.published.stdin"),
+    ("published stdout of another size", _set(["published", "stdout", "bytes"], 5), "$.published.stdout"),
+    ("published stdout of another digest", _set(["published", "stdout", "sha256"], "0" * 64), "$.published.stdout"),
+    ("published junit of another size", _set(["published", "junit", "bytes"], 3), "$.published.junit"),
+    ("published without an op that ran", _set(["observed"], None), "$.observed"),
+    ("no published output for an op that ran", _set(["published"], None), "$.published"),
+    ("published output over its cap", _set(["published", "stderr", "bytes"], 2 * OUTPUT_EDGE_BYTES + 1), "$.published.stderr.bytes"),
     ("plan digest format", _set(["plan_digest"], "1" * 64), "$.plan_digest"),
     ("bundle sha256 format", _set(["bundle_sha256"], "sha256:" + "3" * 64), "$.bundle_sha256"),
     ("uppercase head", _set(["journal_head"], "A" * 64), "$.journal_head"),
@@ -208,11 +239,13 @@ def test_only_the_one_canonical_encoding_is_a_receipt(data):
 def test_the_builder_refuses_what_the_parser_refuses():
     """D1/D2: the writer never writes a receipt the reader would refuse."""
     with pytest.raises(Refused):
-        build_receipt(BINDING, "pass", PROCESS, outcome_from_launcher(ran()), None, "not hex")
+        built("pass", ran(), head="not hex")
     with pytest.raises(Refused):
-        build_receipt(BINDING, "pass", PROCESS, outcome_from_launcher(ran("OK", 1 << 8)), None, HEAD)
+        built("pass", ran("OK", 1 << 8))
     with pytest.raises(Refused):
-        build_receipt(dataclasses.replace(BINDING, plan_digest="md5:x"), "pass", PROCESS, outcome_from_launcher(ran()), None, HEAD)
+        built("pass", ran(), binding=dataclasses.replace(BINDING, plan_digest="md5:x"))
+    with pytest.raises(Refused, match="published"):
+        build_receipt(BINDING, "pass", PROCESS, outcome_from_launcher(ran()), None, HEAD)
 
 
 def test_receipts_are_published_create_once(tmp_path):
@@ -242,6 +275,44 @@ def test_receipt_names_split_back_into_attempt_and_case(attempt, case):
 @pytest.mark.parametrize("name", ["journal", "seal.json", "pass.receipt.json", ".x.receipt.json", "a.B.receipt.json", "a.b.receipt.json~"])
 def test_other_names_are_not_receipts(name):
     assert name_parts(name) is None
+
+
+@pytest.mark.parametrize("kind", ["stdout", "stderr", "junit"])
+def test_published_output_names_split_back_into_attempt_case_and_kind(kind):
+    """E4: a published output is named by attempt, case and kind, like the receipt it sits beside."""
+    assert output_name_parts(output_name("v1.2.3", "a_b-c", kind)) == ("v1.2.3", "a_b-c", kind)
+    assert output_name_parts(receipt_name("v1.2.3", "a_b-c")) is None
+    assert output_name_parts("a.B.stdout") is None and output_name_parts("x.stdout") is None
+
+
+def test_a_stream_is_published_whole_or_as_its_first_and_last_64_kib():
+    """Issue 13: what a reviewer gets of a case's output is bounded; a short stream is kept byte for byte."""
+    short = b"x" * (2 * OUTPUT_EDGE_BYTES)
+    assert kept_output(short) == short
+    long = b"a" * OUTPUT_EDGE_BYTES + b"middle" + b"z" * OUTPUT_EDGE_BYTES
+    assert kept_output(long) == b"a" * OUTPUT_EDGE_BYTES + b"z" * OUTPUT_EDGE_BYTES
+
+
+def test_the_receipt_binds_each_published_file_and_a_short_stream_twice():
+    """Issue 13: the published files are bound by SHA-256 and size; a stream kept whole is the captured one."""
+    receipt = pytest_receipt()
+    assert receipt.published.stdout == Bound(hashlib.sha256(b"hello\n").hexdigest(), 6) == Bound.of(b"hello\n")
+    assert receipt.published.stdout.sha256 == receipt.outcome.observed.stdout.sha256
+    assert receipt.published.junit == Bound.of(REPORT)
+    flood = built("c", ran("OUTPUT", 9, stdout=b"y" * (256 << 10), stdout_truncated=True))
+    assert flood.published.stdout.bytes == 2 * OUTPUT_EDGE_BYTES
+    assert receipt_from_bytes(flood.canonical_bytes()) == flood
+
+
+def test_a_report_too_large_to_publish_is_counted_but_not_published():
+    """The junit report is published whole or not at all; its counts stand either way."""
+    from executor.receipts import PUBLISHED_JUNIT_MAX_BYTES
+    from steward import api, wire
+
+    assert PUBLISHED_JUNIT_MAX_BYTES <= api.MAX_EVIDENCE_BYTES
+    assert (api.MAX_EVIDENCE_BYTES + 2) // 3 * 4 + 1024 < wire.MAX_MESSAGE
+    big = b" " * (PUBLISHED_JUNIT_MAX_BYTES + 1)
+    assert CaseOutput.of(ran(), big).junit is None and CaseOutput.of(ran(), REPORT).junit == REPORT
 
 
 # --- the seal marker ------------------------------------------------------------------

@@ -124,11 +124,12 @@ def test_a_dedicated_id_in_use_is_refused(capsys, sandbox_ids, state_root):
 
 
 def test_without_root_it_fails_with_a_sentence(capsys, sandbox_ids, state_root, monkeypatch):
-    """S11: never unsandboxed; say why and how to fix it."""
+    """S11: never unsandboxed; say why and how to fix it: exit 77 (EX_NOPERM), the same command under sudo."""
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     code, out, err = _cli(capsys, sandbox_ids, state_root, "--", "true")
-    assert (code, out) == (70, "")
-    assert err == "casebox: casebox sandbox run needs root to create namespaces and mounts; run it with sudo.\n"
+    assert (code, out) == (77, "")
+    assert err.startswith("casebox: casebox sandbox run creates namespaces and mounts, which needs root; run it as root: sudo casebox ")
+    assert err.endswith("sudo casebox sandbox run --uid %d --gid %d --state-root %s -- true.\n" % (*sandbox_ids, state_root))
 
 
 @pytest.mark.root

@@ -179,7 +179,7 @@ def test_a_sandbox_names_only_known_inputs_each_once_and_runs_alone(steward):
     ("../x.receipt.json", 10, "must be one file name"),
     ("journal", 10, "and not journal or seal.json"),
     ("seal.json", 10, "and not journal or seal.json"),
-    ("big.receipt.json", (64 << 10) + 1, "is larger than 65536 bytes"),
+    ("big.receipt.json", (512 << 10) + 1, "is larger than 524288 bytes"),
 ])
 def test_evidence_a_client_stores_is_one_plain_name_within_its_cap(steward, name, size, rule):
     """E4: a stored evidence file is one plain name that is neither the journal nor the seal marker, and at
@@ -352,6 +352,20 @@ def test_an_abandoned_session_is_retired_unverified(steward, state_path):
     reading = sealed_reading(state_path, closed.stage_id)
     assert last_of(reading, Kind.CLEANUP_EVIDENCE).fields["outcome"] == "UNVERIFIED"
     assert last_of(reading, Kind.RETIRED).fields["note"] == "session=ABANDONED diagnostic=SESSION_ABANDONED"
+
+
+def test_an_interrupted_session_is_retired_as_interrupted(steward, state_path):
+    """C7, issue 13: a client stopped by Ctrl-C retires its session with its own diagnostic, not a failed proof."""
+    session = steward.open_session("attempt-1")
+    session.start_sandbox()
+    run_true(session)
+    closed = session.interrupt()
+    assert (closed.cleanup, closed.diagnostic) == ("UNVERIFIED", "INTERRUPTED")
+    reading = sealed_reading(state_path, closed.stage_id)
+    assert last_of(reading, Kind.RETIRED).fields["note"] == "session=INTERRUPTED diagnostic=INTERRUPTED"
+    from steward import recovery
+
+    assert recovery.diagnostic_of(reading) == "INTERRUPTED"
 
 
 def test_the_outer_group_is_claimed_only_after_zombie_scan_then_reap(steward, monkeypatch):

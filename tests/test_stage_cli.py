@@ -51,7 +51,9 @@ def test_list_shows_each_stage_with_its_state_and_verdict(casebox, layout):
     _, _, sealed, active = layout
     result = _run(casebox, layout, "list", "--json")
     assert result.returncode == 0
-    rows = {row["stage_id"]: row for row in json.loads(result.stdout)}
+    document = json.loads(result.stdout)
+    assert (document["schema"], document["state_root"]) == ("casebox.stage-list.v1", layout[0])
+    rows = {row["stage_id"]: row for row in document["stages"]}
     assert (rows[sealed]["state"], rows[sealed]["journal"], rows[sealed]["diagnostic"]) == ("SEALED", "VALID", "VERIFIED")
     assert (rows[active]["state"], rows[active]["location"], rows[active]["cleanup"]) == ("ACTIVE", "stage", "CLEANED")
     text = _run(casebox, layout, "list").stdout.decode()
@@ -75,7 +77,9 @@ def test_recover_seals_what_it_can_and_running_it_twice_is_safe(casebox, layout)
     journal = (pathlib.Path(state) / TOMBSTONES / active / "journal").read_bytes()
     second = _run(casebox, layout, "recover", "--all", "--json")
     assert second.returncode == 0
-    reports = {report["stage_id"]: report for report in json.loads(second.stdout)}
+    document = json.loads(second.stdout)
+    assert document["schema"] == "casebox.stage-recover.v1"
+    reports = {report["stage_id"]: report for report in document["reports"]}
     assert {report["after"] for report in reports.values()} == {"SEALED"}
     assert reports[active]["before"] == "SEALED"
     assert (pathlib.Path(state) / TOMBSTONES / active / "journal").read_bytes() == journal
@@ -94,3 +98,17 @@ def test_recover_needs_one_id_or_all(casebox, layout):
     state, config, *_ = layout
     casebox.refused("--config", config, "stage", "recover", "--state-root", state, naming="stage recover")
     casebox.refused("--config", config, "stage", "show", "../x", "--state-root", state, naming="ID")
+
+
+@pytest.mark.parametrize("command", [("show", "nosuch"), ("recover", "nosuch")])
+def test_an_unknown_stage_id_is_refused_naming_it(casebox, layout, command):
+    """F1, issue 13: an id that is neither a stage nor a tombstone is refused input (exit 64), not PRESERVED."""
+    state, config, *_ = layout
+    sentence = casebox.refused("--config", config, "stage", *command, "--state-root", state, naming="nosuch")
+    assert sentence == f"nosuch: is no stage or tombstone of the state root {state}; casebox stage list shows them."
+
+
+def test_show_json_names_its_schema(casebox, layout):
+    _, _, sealed, _ = layout
+    document = json.loads(_run(casebox, layout, "show", sealed, "--json").stdout)
+    assert (document["schema"], document["stage_id"], document["state"]) == ("casebox.stage.v1", sealed, "SEALED")

@@ -313,8 +313,8 @@ def test_without_a_daemon_root_gets_an_embedded_session_with_the_same_evidence(t
 
 def test_without_a_daemon_an_unprivileged_caller_is_told_what_to_do(tmp_path, sandbox_ids, monkeypatch):
     from executor import sessions
-    from executor.frontend import InternalFailure
+    from executor.frontend import NeedsRoot
 
     monkeypatch.setattr(sessions.os, "geteuid", lambda: 1000)
-    with pytest.raises(InternalFailure, match="start casebox-steward.service or run this with sudo"):
+    with pytest.raises(NeedsRoot, match="start casebox-steward.service, or run it as root: sudo casebox"):
         sessions.open_session(_config(tmp_path, sandbox_ids, str(tmp_path / "none.sock"), str(tmp_path / "state")), "attempt-1")

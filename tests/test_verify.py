@@ -79,10 +79,13 @@ def world(tmp_path_factory, sandbox_ids):
 
 @pytest.fixture(scope="module")
 def demo(world, casebox):
+    """The demo as a CI job runs it: piped (stdout and stderr are no terminal), GITHUB_ACTIONS=true, and a job
+    summary file of its own."""
     base, config = world
     before = mounts(base)
     staged = staging_dirs()
-    result = casebox("--config", str(config), "demo", timeout=180)
+    env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(base / "step-summary.md")}
+    result = casebox("--config", str(config), "demo", timeout=180, env=env)
     yield result, before, staged
     bundle = re.search(r"^bundle: (\S+)", result.stdout.decode(), re.M)
     if bundle:
@@ -105,6 +108,95 @@ def test_the_demo_gets_every_designed_status(demo):
     assert {case: (row[1], row[2]) for case, row in rows.items()} == EXPECTED
     assert {case: row[0] for case, row in rows.items()} == DESIGNED
     assert "verdict: UNVERIFIED (designed: UNVERIFIED)" in stdout and DESIGNED_VERDICT == "UNVERIFIED"
+
+
+@pytest.mark.root
+def test_the_demo_as_a_ci_job_sees_it(demo, world, casebox, tmp_path):
+    """Issue 13, "Done when": on the demo, piped, with GITHUB_ACTIONS=true and a temporary GITHUB_STEP_SUMMARY:
+    the summary names all ten cases; an ::error names assertion-failure; progress lines are on stderr; the
+    evidence holds the junit that names test_deliberate_failure; a tombstone whose journal was edited is not
+    VALID."""
+    from journal.untrusted import markdown_text
+    from test_journal_cli import edit_last_time
+
+    result, _, _ = demo
+    base, _ = world
+    stdout, stderr = result.stdout.decode(), result.stderr.decode()
+    summary = (base / "step-summary.md").read_text()
+    assert summary.startswith("### casebox demo: UNVERIFIED")
+    for case in EXPECTED:
+        assert f"| {markdown_text(case)} |" in summary, case
+    assert "::error title=casebox assertion-failure::FAIL exit_mismatch: exit code 1, expected 0%0A" in stdout
+    assert "::warning title=casebox timeout::UNVERIFIED timeout" in stdout and "::warning title=casebox output-cap::" in stdout
+    assert not any(line.startswith("::") and "casebox pass::" in line for line in stdout.splitlines())
+    progress = [line for line in stderr.splitlines() if line.startswith("[")]
+    assert any(line.endswith("s] running 9 applicable cases of 10, each in a sandbox of its own") for line in progress)
+    counted = [line for line in progress if re.match(r"\[ ?\d+/10\] ", line)]
+    assert len(counted) == 10 and counted[-1].startswith("[10/10] ")
+    assert "[ 8/10] not-applicable N/A" in counted
+    assert "  tests.test_core::test_deliberate_failure: assert 4 == 5" in stdout.splitlines()
+    evidence = pathlib.Path(value(stdout, "evidence"))
+    attempt = value(stdout, "attempt")
+    assert b'name="test_deliberate_failure"' in (evidence / f"{attempt}.assertion-failure.junit.xml").read_bytes()
+    assert (evidence / f"{attempt}.output-cap.stdout").stat().st_size == 128 * 1024
+    tombstone = tmp_path / "tombstone"
+    shutil.copytree(value(stdout, "tombstone"), tombstone)
+    assert casebox("journal", "verify", str(tombstone)).returncode == 0
+    edit_last_time(tombstone / "journal")
+    edited = casebox("journal", "verify", str(tombstone))
+    assert edited.returncode == 1 and b": SUBSTITUTED, " in edited.stdout and b"seal.json says" in edited.stdout
+
+
+@pytest.mark.root
+def test_the_demo_replay_names_its_sandboxes_by_phase_and_case(demo, casebox):
+    """Issue 13: with the evidence, the reviewer's replay says which sandbox extracted, resolved, fetched,
+    installed or ran which case, and why the timeout and output-cap ops were killed."""
+    stdout = demo[0].stdout.decode()
+    replay = casebox("journal", "replay", value(stdout, "tombstone"), "--evidence", value(stdout, "evidence")).stdout.decode()
+    for label in ("(extract)", "(resolve)", "(fetch)", "(install)", "(case pass)", "(case network-denied)"):
+        assert label in replay, label
+    assert "limit class TIMEOUT" in replay and "limit class OUTPUT" in replay
+
+
+@pytest.mark.root
+def test_demo_json_is_one_document_and_quiet_is_silent(world, casebox):
+    """Issue 13: demo --json prints one JSON object (the verify document plus the designed statuses); --quiet
+    leaves stderr without progress lines."""
+    _, config = world
+    result = casebox("--config", str(config), "demo", "--json", "--quiet", timeout=180)
+    assert result.returncode == 0, result.stderr
+    value_ = json.loads(result.stdout)
+    assert value_["schema"] == "casebox.demo.v1" and value_["as_designed"] is True
+    assert value_["report"]["schema"] == "casebox.report.v2" and value_["report"]["verdict"] == "UNVERIFIED"
+    assert {case["id"]: case["status"] for case in value_["report"]["cases"]} == DESIGNED
+    assert not [line for line in result.stderr.decode().splitlines() if line.startswith("[")]
+    shutil.rmtree(os.path.dirname(value_["bundle"]))
+
+
+@pytest.mark.root
+def test_an_interrupted_demo_retires_its_session_as_interrupted(world, casebox):
+    """Issue 13: Ctrl-C (SIGINT to the foreground group) in the middle of the cases: exit 130, and the tombstone's
+    diagnostic is INTERRUPTED, never a failed proof such as PRIVILEGED_NONZERO."""
+    import signal
+    import time
+
+    _, config = world
+    process = subprocess.Popen([str(REPO / ".venv/bin/casebox"), "--config", str(config), "demo"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+    seen = b""
+    deadline = time.monotonic() + 120
+    while b"[ 3/10]" not in seen and time.monotonic() < deadline:
+        seen += process.stderr.readline()
+    os.killpg(process.pid, signal.SIGINT)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 130
+    listing = json.loads(casebox("--config", str(config), "stage", "list", "--json").stdout)
+    attempt = re.search(rb"opening a session for attempt (\S+)", seen).group(1).decode()
+    (row,) = [row for row in listing["stages"] if row["attempt_id"] == attempt]
+    assert (row["state"], row["diagnostic"], row["cleanup"]) == ("SEALED", "INTERRUPTED", "UNVERIFIED")
+    building = re.search(rb"building the demo candidate in (\S+)", seen)
+    if building:
+        shutil.rmtree(building.group(1).decode(), ignore_errors=True)
 
 
 @pytest.mark.root

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from executor.frontend import EXIT_NOT_OK, EXIT_OK, InternalFailure, say
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, say
 from journal.errors import Refused
 
 # What each case of examples/plan.json is designed to get (examples/README.md says why), and the verdict
@@ -30,6 +30,7 @@ DESIGNED_VERDICT = "UNVERIFIED"
 # The installer the demo names (verify --installer): the pip wheel examples/index ships, chosen here on purpose
 # (a pip wheel in an index never becomes the installer by itself).
 DEMO_INSTALLER = "pip-24.2-py3-none-any.whl"
+DEMO_SCHEMA = "casebox.demo.v1"
 
 
 def examples_directory() -> str:
@@ -50,16 +51,19 @@ def _demo(args: argparse.Namespace) -> int:
     from executor import config as configuration
     from executor import pack, wheelbuild
     from executor.commands.evaluate import table
-    from executor.commands.verify import progress_printer
+    from executor.commands.verify import report_ci, show_paths, verified_value
+    from executor.frontend import interrupt_on_sigterm, require_root, say_json
+    from executor.reporting import Progress, detail_lines
     from executor.verify import Attempt, verify
-    from journal.createonly import open_directory, publish_once
-    from journal.untrusted import escape
+    from journal.createonly import check_creatable, open_directory, publish_once
 
+    interrupt_on_sigterm()
+    if args.summary is not None:
+        check_creatable(args.summary)
     config = configuration.load(args.config).overridden(state_root=args.state_root)
     examples = examples_directory()
-    if os.geteuid() != 0:
-        raise InternalFailure("casebox demo runs sandboxes, which needs root; run sudo .venv/bin/casebox demo.")
-    progress = progress_printer()
+    require_root("casebox demo runs sandboxes")
+    progress = Progress(quiet=args.quiet)
     work = tempfile.mkdtemp(prefix="casebox-demo-")
     os.chmod(work, 0o755)
     progress(f"building the demo candidate in {work}")
@@ -82,22 +86,27 @@ def _demo(args: argparse.Namespace) -> int:
     )
     verified = verify(config, request, progress=progress, embedded=args.state_root is not None)
     report = verified.report
-    say(f"attempt: {request.attempt_id}")
-    say(f"bundle: {request.bundle}")
-    say(f"sha256: {request.sha256}")
-    for line in table(report, DESIGNED):
-        say(line)
-    for note in verified.notes:
-        say(f"note: {escape(note)}")
-    say(f"steward: {verified.steward}")
-    say(f"evidence: {verified.evidence}")
-    say(f"tombstone: {verified.tombstone}")
     got = {result.case_id: result.status for result in report.cases}
-    say(f"verdict: {report.verdict} (designed: {DESIGNED_VERDICT})")
-    if got == DESIGNED and report.verdict == DESIGNED_VERDICT:
-        say("demo: every case got the status it was designed to get")
-        return EXIT_OK
+    as_designed = got == DESIGNED and report.verdict == DESIGNED_VERDICT
     differing = sorted(case for case in DESIGNED if got.get(case) != DESIGNED[case])
+    if args.json:
+        say_json({
+            **verified_value(verified), "schema": DEMO_SCHEMA, "attempt": request.attempt_id, "bundle": request.bundle,
+            "sha256": request.sha256, "designed": DESIGNED, "designed_verdict": DESIGNED_VERDICT, "as_designed": as_designed,
+        })
+    else:
+        say(f"attempt: {request.attempt_id}")
+        say(f"bundle: {request.bundle}")
+        say(f"sha256: {request.sha256}")
+        for line in table(report, DESIGNED) + detail_lines(report):
+            say(line)
+        show_paths(verified)
+        say(f"verdict: {report.verdict} (designed: {DESIGNED_VERDICT})")
+        if as_designed:
+            say("demo: every case got the status it was designed to get")
+    report_ci(verified, args, "casebox demo")
+    if as_designed:
+        return EXIT_OK
     say(f"demo: not as designed: {', '.join(differing) or 'the verdict'}", file=sys.stderr)
     return EXIT_NOT_OK
 
@@ -111,13 +120,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "offline index of examples/ and a fresh attempt id. When a steward daemon answers on the configured socket "
         "the session is the daemon's (its state root, its tombstone), else an embedded steward's; --state-root "
         "always runs it embedded on that state root. Prints each case's designed and actual status, which steward "
-        "served it, the evidence and tombstone paths and the verdict. Exit 0 only when every case got the status it was designed "
+        "served it, the evidence and tombstone paths and the verdict, with progress, the job summary and the "
+        "annotations of casebox verify. Exit 0 only when every case got the status it was designed "
         "to get and the verdict is the designed UNVERIFIED (examples/README.md says why); 1 otherwise; 64 for "
-        "refused input, 70 when the host or a sandbox failed.",
+        "refused input, 77 when run without root, 70 when the host or a sandbox failed.",
     )
     command.add_argument(
         "--state-root", metavar="DIR",
         help="run the steward embedded on this state root, even when a daemon answers (default: the daemon if it "
         "answers, else embedded on the configured state root)",
     )
+    from executor.commands.verify import add_output_options
+
+    add_output_options(command)
     command.set_defaults(handler=_demo)

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import argparse
 
+from executor import VERSION
 from executor import config as configuration
 from executor.doctor import run_checks
 from executor.frontend import EXIT_NOT_OK, EXIT_OK, say, say_json
-from steward import provision
+from steward import provision, stateroot
+
+SCHEMA = "casebox.doctor.v1"
 
 
 def _doctor(args: argparse.Namespace) -> int:
     config = configuration.load(args.config).overridden(state_root=args.state_root)
+    stateroot.exists(config.state_root)
     checks = run_checks(config.state_root, config.sandbox_uid, config.sandbox_gid)
     ok = all(check.passed for check in checks if check.required)
     settings = config.as_dict()
     settings["launcher_sha256"] = provision.shipped()[1].hex()
     if args.json:
         document = {
+            "schema": SCHEMA,
+            "casebox_version": VERSION,
             "ok": ok,
             "configuration": settings,
             "checks": [
@@ -27,7 +33,7 @@ def _doctor(args: argparse.Namespace) -> int:
         }
         say_json(document)
     else:
-        say(f"casebox doctor: configuration from {config.source}")
+        say(f"casebox doctor: casebox {VERSION}, configuration from {config.source}")
         for name, value in settings.items():
             if name != "source":
                 say(f"  {name} = {value}")
@@ -47,8 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "dedicated UID/GID, python-prctl, a root-only launcher runtime; cgroup v2 and root-only launcher sources are "
         "reported, not required. "
         "Prints the effective configuration and one PASS or FAIL line per check with what to do. Exit 0 only "
-        "when every required check passes, 1 otherwise.",
+        "when every required check passes, 1 otherwise; 64 when the state root is there but not a directory.",
     )
-    doctor.add_argument("--json", action="store_true", help="print one canonical JSON object instead of text")
+    doctor.add_argument("--json", action="store_true", help=f"print one JSON object ({SCHEMA}): schema, casebox_version, "
+                        "ok, configuration, checks")
     doctor.add_argument("--state-root", metavar="DIR", help="state root to check (default: configuration)")
     doctor.set_defaults(handler=_doctor)

@@ -29,10 +29,17 @@ def table(report, designed: dict[str, str] | None = None) -> list[str]:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    import sys
+
     from executor.commands.plan import load_plan
     from executor.evaluate import Expected, evaluate, publish_report
     from executor.preflight import check_attempt, check_sha256
     from executor.receipts import MAX_ATTEMPT_NUMBER
+    from executor.reporting import detail_lines, publish_ci
+    from journal.createonly import check_creatable
+
+    if args.summary is not None:
+        check_creatable(args.summary)
     attempt_id = check_attempt(args.attempt, "--attempt")
     bundle_sha256 = check_sha256(args.bundle_sha256, "--bundle-sha256")
     if args.attempt_number is not None and not 1 <= args.attempt_number <= MAX_ATTEMPT_NUMBER:
@@ -43,9 +50,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.json:
         say_json(report.as_dict())
     else:
-        for line in table(report):
+        for line in table(report) + detail_lines(report):
             say(line)
         say(f"verdict: {report.verdict} (report: {path})")
+    publish_ci(report, evidence=args.evidence, command="casebox evaluate", summary=args.summary,
+               annotate_to=sys.stderr if args.json else sys.stdout)
     return EXIT_BY_VERDICT[report.verdict]
 
 
@@ -57,8 +66,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "of the sealed journal, the seal marker; docs/receipts.md) against the plan, the attempt, the bundle "
         "sha256 and the journal, and fold the cases into one verdict: UNVERIFIED over FAIL over PASS; N/A only "
         "where the plan says applicable: false. Writes report-ATTEMPT.json once into --report-dir (an identical "
-        "existing report is accepted, a different one is refused and kept), then prints a table of case, status, "
-        "reason and time and the verdict. Runs unprivileged. Exit 0 PASS, 1 FAIL, 3 UNVERIFIED, 64 refused input.",
+        "existing report is accepted; a different one is kept, and the refusal says how the two differ and what "
+        "this evaluation's verdict is), then prints a table of case, status, reason and time, why each case that "
+        "is not PASS got its reason (failing tests and the last output line, from the published output), and "
+        "the verdict. Under GITHUB_ACTIONS=true it also appends a Markdown summary to $GITHUB_STEP_SUMMARY and "
+        "prints one ::error (FAIL) or ::warning (UNVERIFIED) per case. Runs unprivileged. Exit 0 PASS, 1 FAIL, "
+        "3 UNVERIFIED, 64 refused input.",
     )
     command.add_argument(
         "--evidence", metavar="DIR", nargs="+", action="extend", required=True,
@@ -72,5 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the attempt number every receipt must carry (default: any, but one for all receipts)",
     )
     command.add_argument("--report-dir", metavar="DIR", default=".", help="where report-ATTEMPT.json is created (default: .)")
-    command.add_argument("--json", action="store_true", help="print the report as canonical JSON instead of the table")
+    command.add_argument("--json", action="store_true", help="print the report as canonical JSON instead of the table; "
+                         "annotations then go to stderr")
+    command.add_argument("--summary", metavar="FILE", help="also write the Markdown job summary to FILE, a new file")
     command.set_defaults(handler=_evaluate)

@@ -11,7 +11,7 @@ import sys
 from executor import config as configuration
 from executor.capability import open_capability
 from executor.environ import SANDBOX_ENV, forbidden_variable
-from executor.frontend import EXIT_OK, InternalFailure, say_json
+from executor.frontend import EXIT_OK, InternalFailure, require_root, say_json
 from journal.errors import Refused
 from journal.strictjson import decode_lossy
 from launcher.protocol import MAX_OUTPUT_CAP
@@ -128,8 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     capabilities = _checked_capabilities(args.ro, config.state_root)
     try:
         spec = _spec(args, config, capabilities)
-        if os.geteuid() != 0:
-            raise InternalFailure("casebox sandbox run needs root to create namespaces and mounts; run it with sudo.")
+        require_root("casebox sandbox run creates namespaces and mounts")
         cap = args.output_kib * 1024
         try:
             with Sandbox.start(spec, ledger=RecordingLedger(), state_root=config.state_root) as sandbox:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import os
 
+from executor import VERSION
 from executor import config as configuration
-from executor.frontend import EXIT_NOT_OK, EXIT_OK, InternalFailure, say, say_json
+from executor.frontend import EXIT_NOT_OK, EXIT_OK, require_root, say, say_json
 from executor.sessions import settings_from
 from journal.errors import Refused
 from journal.format import ID, ID_RULE, Kind
+
+
+# The JSON documents of --json (docs/operations.md, "JSON output").
+LIST_SCHEMA = "casebox.stage-list.v1"
+STAGE_SCHEMA = "casebox.stage.v1"
+RECOVER_SCHEMA = "casebox.stage-recover.v1"
 
 
 def _id(text: str) -> str:
@@ -20,8 +26,7 @@ def _id(text: str) -> str:
 
 def _config(args: argparse.Namespace) -> configuration.Config:
     config = configuration.load(args.config).overridden(state_root=args.state_root)
-    if os.geteuid() != 0:
-        raise InternalFailure(f"the state root {config.state_root} is root's (mode 0700); run this with sudo.")
+    require_root(f"the state root {config.state_root} is root's (mode 0700)")
     return config
 
 
@@ -51,11 +56,22 @@ def describe(assessment) -> dict:
 
 
 def _open_root(config: configuration.Config):
-    from steward.stateroot import StateRoot
+    """The state root, or None when there is none yet; refused when something else is there."""
+    from steward import stateroot
 
-    if not os.path.isdir(config.state_root):
+    if not stateroot.exists(config.state_root):
         return None
-    return StateRoot.open(config.state_root, create=False)
+    return stateroot.StateRoot.open(config.state_root, create=False)
+
+
+def _assess(root, stage_id: str):
+    """One stage or tombstone; an id that is neither is refused (exit 64), never reported as PRESERVED."""
+    from steward import retirement
+
+    assessment = retirement.assess(root, stage_id)
+    if assessment.location == "none":
+        raise Refused(stage_id, f"is no stage or tombstone of the state root {root.path}; casebox stage list shows them")
+    return assessment
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -68,7 +84,7 @@ def _list(args: argparse.Namespace) -> int:
         with root:
             rows = [describe(retirement.assess(root, stage_id)) for stage_id in recovery.stage_ids(root)]
     if args.json:
-        say_json(rows)
+        say_json({"schema": LIST_SCHEMA, "casebox_version": VERSION, "state_root": config.state_root, "stages": rows})
         return EXIT_OK
     if not rows:
         say(f"casebox stage list: no stage or tombstone in {config.state_root}")
@@ -83,14 +99,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from steward import retirement
     from steward.stateroot import StateRoot
 
     config = _config(args)
     with StateRoot.open(config.state_root, create=False) as root:
-        row = describe(retirement.assess(root, args.stage))
+        row = describe(_assess(root, args.stage))
     if args.json:
-        say_json(row)
+        say_json({"schema": STAGE_SCHEMA, "casebox_version": VERSION, **row})
     else:
         say(f"stage {row['stage_id']}: {row['state']} ({row['location']})")
         say(f"  journal: {row['journal'] or 'unreadable'}, {row['records']} records, head {row['head'] or '-'}")
@@ -113,10 +128,12 @@ def _recover(args: argparse.Namespace) -> int:
         raise Refused("stage recover", "give one stage id or --all")
     config = _config(args)
     with StateRoot.open(config.state_root, create=False) as root:
+        if args.stage is not None:
+            _assess(root, args.stage)
         work = recovery.Recovery(root, settings_from(config))
         reports = work.recover_all() if args.all else [work.recover(args.stage)]
     if args.json:
-        say_json([report.as_dict() for report in reports])
+        say_json({"schema": RECOVER_SCHEMA, "casebox_version": VERSION, "reports": [report.as_dict() for report in reports]})
     else:
         for report in reports:
             mark = "ok  " if report.ok else "FAIL"
@@ -140,15 +157,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "RENAMED, RETIRED, SEALED, or PRESERVED), its journal verdict, its cleanup evidence, its diagnostic "
         "and its attempt. Changes nothing. Exit 0.",
     )
-    listing.add_argument("--json", action="store_true", help="print one canonical JSON array")
+    listing.add_argument("--json", action="store_true", help=f"print one JSON object ({LIST_SCHEMA}): schema, casebox_version, state_root, stages")
     show = commands.add_parser(
         "show",
         help="one stage or tombstone in detail",
         description="Show one stage or tombstone: state, journal verdict and head, attempt, cleanup evidence, "
-        "diagnostic, seal marker, and why it is in that state. Changes nothing. Exit 0, or 1 when it is PRESERVED.",
+        "diagnostic, seal marker, and why it is in that state. Changes nothing. Exit 0, or 1 when it is PRESERVED; "
+        "64 for an id that is neither a stage nor a tombstone.",
     )
     show.add_argument("stage", type=_id, metavar="ID", help="a stage or tombstone id (as stage list shows it)")
-    show.add_argument("--json", action="store_true", help="print one canonical JSON object")
+    show.add_argument("--json", action="store_true", help=f"print one JSON object ({STAGE_SCHEMA})")
     recover = commands.add_parser(
         "recover",
         help="drive stages to sealed tombstones, or say why each is preserved",
@@ -160,7 +178,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     recover.add_argument("stage", type=_id, nargs="?", metavar="ID", help="one stage or tombstone id (as stage list shows it)")
     recover.add_argument("--all", action="store_true", help="every stage and tombstone")
-    recover.add_argument("--json", action="store_true", help="print one canonical JSON array of reports")
+    recover.add_argument("--json", action="store_true", help=f"print one JSON object ({RECOVER_SCHEMA}): schema, casebox_version, reports")
     for command in (listing, show, recover):
         command.add_argument("--state-root", metavar="DIR", help="the state root (default: configuration)")
     listing.set_defaults(handler=_list)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from executor import config as configuration
 from executor.sessions import steward_for
+from journal.errors import Refused
 
 
 def _serve(args: argparse.Namespace) -> int:
     from steward import server
 
     config = configuration.load(args.config).overridden(socket=args.socket, state_root=args.state_root)
+    directory = os.path.dirname(config.socket)
+    if args.socket is not None and not os.path.isdir(directory):
+        # Only the configured socket's directory is ever made (/run/casebox without systemd's RuntimeDirectory).
+        raise Refused(args.socket, f"cannot be created: its directory {directory} does not exist, and casebox makes no directory a flag names")
     steward = steward_for(config)
     try:
         return server.serve(
@@ -36,6 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "disconnects before CLOSE has its session cleaned up and retired as UNVERIFIED. Refusals are logged on "
         "stderr. Sends READY=1 to NOTIFY_SOCKET when set. SIGTERM or SIGINT stops it (exit 0).",
     )
-    serve.add_argument("--socket", metavar="PATH", help="the socket to listen on (default: configuration)")
+    serve.add_argument("--socket", metavar="PATH", help="the socket to listen on, in a directory that exists (default: configuration)")
     serve.add_argument("--state-root", metavar="DIR", help="the state root (default: configuration)")
     serve.set_defaults(handler=_serve)

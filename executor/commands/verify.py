@@ -5,50 +5,84 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable
 
 from journal.errors import Refused
 
-
-def progress_printer() -> Callable[[str], None]:
-    """Progress lines on stderr when it is a terminal; nothing otherwise."""
-    if not sys.stderr.isatty():
-        return lambda line: None
-
-    from executor.frontend import say
-
-    def progress(line: str) -> None:
-        say(f"casebox: {line}", file=sys.stderr)
-        sys.stderr.flush()
-
-    return progress
+VERIFY_SCHEMA = "casebox.verify.v1"
 
 
-def show(verified) -> int:
-    """The verdict table, the notes, the evidence and tombstone paths; the exit code of the verdict."""
-    from executor.commands.evaluate import EXIT_BY_VERDICT, table
+def add_output_options(command: argparse.ArgumentParser) -> None:
+    """--json, --summary FILE and --quiet: how verify and demo report (docs/pipeline.md, "What a run shows")."""
+    command.add_argument("--json", action="store_true", help="print one JSON object (the report, the paths, the notes) "
+                         "instead of the table; annotations then go to stderr")
+    command.add_argument("--summary", metavar="FILE", help="also write the Markdown job summary to FILE, a new file")
+    command.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def verified_value(verified) -> dict:
+    """``verify --json``: the report and where everything is."""
+    from executor import VERSION
+
+    return {
+        "schema": VERIFY_SCHEMA,
+        "casebox_version": VERSION,
+        "report": verified.report.as_dict(),
+        "steward": verified.steward,
+        "evidence": verified.evidence,
+        "tombstone": verified.tombstone,
+        "notes": list(verified.notes),
+    }
+
+
+def show_paths(verified) -> None:
     from executor.frontend import say
     from journal.untrusted import escape
 
-    for line in table(verified.report):
-        say(line)
     for note in verified.notes:
         say(f"note: {escape(note)}")
     say(f"steward: {verified.steward}")
     say(f"evidence: {verified.evidence}")
     say(f"tombstone: {verified.tombstone}")
-    say(f"verdict: {verified.report.verdict}")
+
+
+def report_ci(verified, args: argparse.Namespace, command: str) -> None:
+    """The job summary and the annotations (executor/reporting.py)."""
+    from executor.reporting import publish_ci
+
+    publish_ci(
+        verified.report, evidence=[verified.evidence], command=command, summary=args.summary,
+        annotate_to=sys.stderr if args.json else sys.stdout,
+    )
+
+
+def show(verified, args: argparse.Namespace) -> int:
+    """The verdict table, why each case that is not PASS failed, the notes, the evidence and tombstone paths,
+    the job summary and annotations; the exit code of the verdict."""
+    from executor.commands.evaluate import EXIT_BY_VERDICT, table
+    from executor.frontend import say, say_json
+    from executor.reporting import detail_lines
+
+    if args.json:
+        say_json(verified_value(verified))
+    else:
+        for line in table(verified.report) + detail_lines(verified.report):
+            say(line)
+        show_paths(verified)
+        say(f"verdict: {verified.report.verdict}")
+    report_ci(verified, args, "casebox verify")
     return EXIT_BY_VERDICT[verified.report.verdict]
 
 
 def _verify(args: argparse.Namespace) -> int:
     from executor import config as configuration
-    from executor.frontend import resolve_inside
+    from executor.frontend import interrupt_on_sigterm, resolve_inside
     from executor.preflight import check_attempt, check_sha256
     from executor.receipts import MAX_ATTEMPT_NUMBER
+    from executor.reporting import Progress
     from executor.shard import parse_shard
     from executor.simpleindex import check_index_url
     from executor.verify import Attempt, verify
+    from journal.createonly import check_creatable
 
     attempt_id = check_attempt(args.attempt, "--attempt")
     sha256 = check_sha256(args.sha256, "--sha256")
@@ -58,7 +92,10 @@ def _verify(args: argparse.Namespace) -> int:
     index_url = None
     if args.index is not None and "://" in args.index:
         index_url = check_index_url(args.index, "--index")
+    interrupt_on_sigterm()
     root = args.root
+    if args.summary is not None:
+        check_creatable(args.summary)
     config = configuration.load(args.config).overridden(state_root=args.state_root)
     request = Attempt(
         bundle=resolve_inside(args.bundle, root, "--bundle"),
@@ -73,7 +110,7 @@ def _verify(args: argparse.Namespace) -> int:
         index_url=index_url,
         installer=None if args.installer is None else resolve_inside(args.installer, root, "--installer"),
     )
-    return show(verify(config, request, progress=progress_printer(), embedded=args.state_root is not None))
+    return show(verify(config, request, progress=Progress(quiet=args.quiet), embedded=args.state_root is not None), args)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,8 +124,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tombstone and write the journal, the seal marker and the receipts into --evidence; evaluate them. "
         "The session is the steward daemon's when its socket answers (then this runs as any user in client_uids), "
         "else an embedded steward's, which needs root. "
-        "Prints the verdict table, the evidence and tombstone paths, and exits like casebox evaluate: 0 PASS, "
-        "1 FAIL, 3 UNVERIFIED; 64 for refused input, 70 when the host or a sandbox failed.",
+        "Prints progress on stderr (one line per step and per finished case), then the verdict table, why each "
+        "case that is not PASS got its reason (failing tests and the last output line, from the published "
+        "output), the evidence and tombstone paths; under GITHUB_ACTIONS=true it also appends a Markdown summary "
+        "to $GITHUB_STEP_SUMMARY and prints one ::error (FAIL) or ::warning (UNVERIFIED) per case. Exits like "
+        "casebox evaluate: 0 PASS, 1 FAIL, 3 UNVERIFIED; 64 for refused input, 77 when an embedded steward "
+        "needs root, 70 when the host or a sandbox failed.",
     )
     command.add_argument("--bundle", metavar="FILE", required=True, help="the candidate bundle (casebox pack)")
     command.add_argument("--sha256", metavar="HEX", required=True, help="the bundle's expected sha256")
@@ -128,4 +169,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "without it the daemon at the configured socket is used when it answers, else an embedded steward on the "
         "configured state root",
     )
+    add_output_options(command)
     command.set_defaults(handler=_verify)

@@ -1,0 +1,82 @@
+"""scripts/bootstrap as root with no sudo installed, through sudo, and as a user without sudo (issue 13)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+BOOTSTRAP = REPO / "scripts" / "bootstrap"
+
+
+def fake(directory: pathlib.Path, name: str, body: str) -> None:
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def tools():
+    """A directory of stand-ins, first on PATH: dpkg-query says every package is missing, apt-get and sudo only
+    note how they were called (in calls.log) so no package is ever installed. Outside pytest's 0700 base, so
+    the unprivileged test user reaches it."""
+    base = pathlib.Path(tempfile.mkdtemp())
+    os.chmod(base, 0o777)
+    directory = base / "bin"
+    directory.mkdir(mode=0o755)
+    log = base / "calls.log"
+    fake(directory, "dpkg-query", "exit 1\n")
+    fake(directory, "apt-get", f'echo "apt-get uid=$(id -u) $*" >> {log}\n')
+    fake(directory, "sudo", f'echo "sudo $*" >> {log}\nexit 1\n')
+    yield directory, log
+    shutil.rmtree(base)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_as_root_it_runs_apt_itself_and_never_asks_sudo(tools):
+    """A root host needs no sudo: apt runs as root directly, then .venv is kept and casebox installed."""
+    directory, log = tools
+    env = {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}"}
+    result = subprocess.run([str(BOOTSTRAP)], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "bootstrap: ready" in result.stdout
+    calls = log.read_text().splitlines()
+    assert calls and all(call.startswith("apt-get uid=0 ") for call in calls), calls
+
+
+@pytest.mark.root
+def test_as_another_user_apt_goes_through_sudo(tools, sandbox_ids):
+    """Through sudo: a user who is not root gets apt-get only by way of sudo (here a stand-in that refuses)."""
+    directory, log = tools
+    uid, gid = sandbox_ids
+    env = {"PATH": f"{directory}:/usr/local/bin:/usr/bin:/bin", "HOME": "/"}
+    result = subprocess.run([str(BOOTSTRAP)], capture_output=True, text=True, env=env, user=uid, group=gid,
+                            extra_groups=[], cwd="/", timeout=120)
+    assert result.returncode != 0
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("sudo -- env DEBIAN_FRONTEND=noninteractive apt-get update"), calls
+    assert not any(call.startswith("apt-get") for call in calls)
+
+
+@pytest.mark.root
+def test_as_another_user_without_sudo_it_says_to_run_as_root(tools, sandbox_ids):
+    """No sudo and not root: one sentence saying to run it as root, before anything is installed or made."""
+    directory, log = tools
+    (directory / "sudo").unlink()
+    for name in ("bash", "env", "dirname", "id", "grep"):
+        (directory / name).symlink_to(shutil.which(name))
+    (directory / "python3").symlink_to(os.path.realpath(sys.executable))
+    uid, gid = sandbox_ids
+    result = subprocess.run(["bash", str(BOOTSTRAP)], capture_output=True, text=True, env={"PATH": str(directory), "HOME": "/"},
+                            user=uid, group=gid, extra_groups=[], cwd="/", timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith(
+        "bootstrap: installing system packages needs root, and this host has no sudo: run scripts/bootstrap as root")
+    assert not log.exists()
