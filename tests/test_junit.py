@@ -147,8 +147,8 @@ def test_the_report_size_is_bounded_by_its_cap():
     """E5, plan v2 junit.max_bytes: a report over its byte cap is refused; a larger cap admits it."""
     report = suite(b"<testcase/>" * 10)
     with pytest.raises(Refused, match=f"larger than its {len(report) - 1}-byte cap"):
-        counts_from_report(report, max_bytes=len(report) - 1)
-    assert counts_from_report(report, max_bytes=len(report)).tests == 10
+        counts_from_report(report, cap=len(report) - 1)
+    assert counts_from_report(report, cap=len(report)).tests == 10
 
 
 def test_evidence_from_bytes_maps_absence_and_refusal():

@@ -198,7 +198,7 @@ def test_each_case_publishes_its_output_and_junit_report_before_its_receipt(tmp_
         return outcome(stdout=b"2 passed\n")
 
     session = FakeSession(tmp_path / "s", answer)
-    service_for(session).run_cases(CASES[:1], BINDING, None)
+    service_for(session).run_cases(CASES[:1], BINDING, READY)
     names = list(session.published)
     attempt = BINDING.attempt_id
     assert names == [f"{attempt}.c0.stdout", f"{attempt}.c0.stderr", f"{attempt}.c0.junit.xml", f"{attempt}.c0.receipt.json"]
@@ -212,9 +212,9 @@ def test_each_finished_case_is_told_to_the_progress_as_its_receipt_is_stored(tmp
     """Issue 13: progress hears of every case as it finishes, with its receipt, in plan order."""
     session = FakeSession(tmp_path / "s")
     heard = []
-    service = CaseService(Gate(session), session, runtime=RUNTIME, progress=lambda line: None,
+    service = CaseService(Gate(session), session, runtime=RUNTIME, plan=PLAN, progress=lambda line: None,
                           finished=lambda case, receipt: heard.append((case.id, receipt.case_id, receipt.name in session.published)))
-    service.run_cases(CASES, BINDING, None)
+    service.run_cases(CASES, BINDING, READY)
     assert heard == [("c0", "c0", True), ("c1", "c1", True), ("c2", "c2", True)]
 
 
