@@ -8,9 +8,11 @@ reports pid 1 and exits.
 
 Stage 2, ``pid1 ...``: pid 1 of the sandbox, exec'd from the sealed memfd.
 It verifies the memfd, imports everything it will ever need, waits for its
-release, builds the filesystem (mounts), network and limits, pivots, closes
-every descriptor but the channel, drops for good and proves it (drop), sends
-READY, and then runs one op per message (ops) until SHUTDOWN.
+release, builds the filesystem (mounts), network and limits, exempts itself
+from the OOM killer and joins a fresh session keyring, pivots, closes every
+descriptor but the channel and the ops cgroup's, drops for good and proves
+it (drop), installs the syscall filter and proves it (seccomp), sends READY,
+and then runs one op per message (ops) until SHUTDOWN.
 
 Exit status: 0 after SHUTDOWN, 1 when the launcher aborted (it sends ABORT
 with the reason first), 2 when the channel failed or the starter broke the
@@ -68,10 +70,11 @@ def stage_one(staging_fd: int, socket_name: str) -> int:
             str(channel.recv_seq),
             str(setup.import_dir),
             str(memfd),
+            str(setup.op_cgroup),
             protocol.encode("SETUP", 0, setup.fields).hex(),
             *(f"{tree}={target}" for tree, target in trees),
         ]
-        keep = [channel.sock.fileno(), setup.import_dir, *(tree for tree, _ in trees)]
+        keep = [channel.sock.fileno(), setup.import_dir, setup.op_cgroup, *(tree for tree, _ in trees)]
         namespaces = reexec.HOST_NETWORK_NAMESPACES if setup.fields["host_network"] else reexec.NAMESPACES
         pid, failure = reexec.clone_into_namespaces(setup.interpreter, setup.interpreter_path, memfd, arguments, keep, namespaces)
         channel.send("CHILD", pid=pid)
@@ -87,15 +90,15 @@ def stage_one(staging_fd: int, socket_name: str) -> int:
 
 
 def pid_one(arguments: list[str]) -> int:
-    socket_fd, send_seq, recv_seq, import_fd, memfd = (int(item) for item in arguments[:5])
-    _, _, setup = protocol.decode(bytes.fromhex(arguments[5]))
-    trees = [(int(tree), target) for tree, _, target in (item.partition("=") for item in arguments[6:])]
+    socket_fd, send_seq, recv_seq, import_fd, memfd, op_cgroup = (int(item) for item in arguments[:6])
+    _, _, setup = protocol.decode(bytes.fromhex(arguments[6]))
+    trees = [(int(tree), target) for tree, _, target in (item.partition("=") for item in arguments[7:])]
     channel = Channel(_socket.socket(fileno=socket_fd), protocol.LAUNCHER, send_seq=send_seq, recv_seq=recv_seq)
     phase = "re-entry"
     try:
         _import_dir(import_fd)
         # Everything pid 1 will ever import, before the root switch takes the host's files away.
-        from launcher import drop, limits, mounts, network, ops, reexec
+        from launcher import drop, kernel, limits, mounts, network, ops, reexec, seccomp
 
         reexec.verify_reentry(memfd, setup["digest"], sys.argv[0], reexec.__file__)
         channel.await_ack(send_seq - 1)
@@ -116,17 +119,24 @@ def pid_one(arguments: list[str]) -> int:
             network.loopback_up()
         network.set_hostname(setup["hostname"])
         limits.apply_bootstrap_limits(
-            address_space=setup["rlimit_as"],
             processes=setup["rlimit_nproc"],
             files=setup["rlimit_nofile"],
             file_size=setup["rlimit_fsize"],
         )
+        kernel.exempt_from_oom_killer()
+        kernel.join_fresh_session_keyring()
         builder.pivot()
         last_capability = drop.last_capability()
-        drop.close_descriptors_but(socket_fd)
+        drop.close_descriptors_but(socket_fd, op_cgroup)
         phase = "drop"
         drop.drop(setup["uid"], setup["gid"], last_capability)
         observations = drop.prove(setup["uid"], setup["gid"])
+        kernel.create_user_keyrings()
+        phase = "filter"
+        inherited = seccomp.inherited_filters()
+        seccomp.install(setup["seccomp_program"])
+        observations.update(seccomp.observe(setup["seccomp_program"]))
+        seccomp.check(observations, inherited)
         channel.leaf("READY", proc_hidepid=hidepid, **observations)
         phase = "ops"
         while True:
@@ -134,7 +144,7 @@ def pid_one(arguments: list[str]) -> int:
             channel.ack(message)
             if message.name == "SHUTDOWN":
                 return 0
-            ops.run(channel, message.fields)
+            ops.run(channel, message.fields, op_cgroup)
     except ProtocolError:
         return EXIT_CHANNEL
     except Exception as error:  # every other failure is reported to the starter, then ends the sandbox
@@ -145,7 +155,7 @@ def pid_one(arguments: list[str]) -> int:
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "stage1":
         code = stage_one(int(sys.argv[2]), sys.argv[3])
-    elif len(sys.argv) >= 8 and sys.argv[1] == "pid1":
+    elif len(sys.argv) >= 9 and sys.argv[1] == "pid1":
         code = pid_one(sys.argv[2:])
     else:
         print("casebox launcher: started without its starter", file=sys.stderr)

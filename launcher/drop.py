@@ -47,11 +47,14 @@ def last_capability() -> int:
         return int(file.read())
 
 
-def close_descriptors_but(keep: int) -> None:
-    """bubblewrap-style hygiene before the drop: only 0, 1, 2 and the channel stay open."""
-    if keep > 3:
-        syscalls.close_range(3, keep - 1, 0)
-    syscalls.close_range(keep + 1, syscalls.CLOSE_RANGE_ALL, 0)
+def close_descriptors_but(*keep: int) -> None:
+    """bubblewrap-style hygiene before the drop: only 0, 1, 2 and ``keep`` (the channel, the ops cgroup) stay open."""
+    first = 3
+    for fd in sorted(keep):
+        if fd > first:
+            syscalls.close_range(first, fd - 1, 0)
+        first = max(first, fd + 1)
+    syscalls.close_range(first, syscalls.CLOSE_RANGE_ALL, 0)
 
 
 def drop(uid: int, gid: int, last_capability: int) -> None:

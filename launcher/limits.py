@@ -1,9 +1,11 @@
 """Resource limits (S4) and the limit classes an op can end in (S10).
 
-rlimits contain every op on every host: AS, FSIZE, NOFILE, NPROC and CORE=0
-are set on the launcher at bootstrap and inherited; CPU is set per op in the
-op's child from its timeout. How each class is observed is in
-docs/launcher.md ("Limit classes").
+FSIZE, NOFILE, NPROC and CORE=0 are set on the launcher at bootstrap and
+inherited; CPU is set per op in the op's child from its timeout. Memory is
+no rlimit's: the cgroup caps it (S14; an address-space limit stops thread
+creation long before memory runs out, and its failure would read as the
+candidate's). How each class is observed is in docs/launcher.md ("Limit
+classes").
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ def worst(observed) -> str:
     return "OK"
 
 
-def apply_bootstrap_limits(*, address_space: int, processes: int, files: int, file_size: int) -> None:
+def apply_bootstrap_limits(*, processes: int, files: int, file_size: int) -> None:
     """Set soft = hard for each limit; run as root before the drop, so nothing can raise them later."""
     for kind, value in (
-        (resource.RLIMIT_AS, address_space),
         (resource.RLIMIT_NPROC, processes),
         (resource.RLIMIT_NOFILE, files),
         (resource.RLIMIT_FSIZE, file_size),

@@ -1,18 +1,23 @@
 """S7, S8, S10: one classified op after READY, run by pid 1 as the dedicated UID.
 
-The only kind for now is ``exec`` of a materialized argv. The child is forked
-blocked: pid 1 reports it (OP_CHILD) and writes the release byte only after
-the starter's ACK, which comes once the child's identity is durable (J1).
-The child then gets /dev/null as stdin, two capture pipes as stdout and
-stderr, the op's environment and nothing else (close_range marks every other
-descriptor close-on-exec), its cwd and a CPU rlimit, and execs with no shell.
-A step that fails before exec is reported on a close-on-exec pipe; such an
-op never started and gets no exit code.
+The only kind for now is ``exec`` of a materialized argv. The child first
+joins the ops cgroup (S14: the memory cap and its OOM killer are there, pid 1
+is not) and makes itself the OOM killer's first choice, then waits blocked: pid 1 reports
+it (OP_CHILD) and writes the release byte only after the starter's ACK, which
+comes once the child's identity is durable (J1). The child then gets
+/dev/null as stdin, two capture pipes as stdout and stderr, the op's
+environment and nothing else (close_range marks every other descriptor
+close-on-exec), its cwd and a CPU rlimit, and execs with no shell. A step
+that fails before exec is reported on a close-on-exec pipe; such an op never
+started and gets no exit code.
 
 pid 1 waits on a pidfd, the two pipes and the report pipe, under the op's
-deadline. When the op's process ends, times out, or overflows an output cap,
-pid 1 kills every other process in the namespace (kill(-1) spares pid 1
-alone) and reaps each of its children by pid, counting them. It never calls
+deadline. When the op's process ends it is reaped at once if it can be; a
+zombie that a tracer holds cannot be, and then the deadline decides. At the
+end, the deadline or an overflowed output cap, pid 1 kills every other
+process in the namespace (kill(-1) spares pid 1 alone, and the op's cgroup
+holds nothing else) before any wait that blocks, so no op can stall it
+(S14), and reaps each of its children by pid, counting them. It never calls
 waitpid(-1), and it reports raw wait statuses only.
 """
 
@@ -24,7 +29,7 @@ import os
 import select
 import time
 
-from launcher import limits, syscalls
+from launcher import kernel, limits, syscalls
 from launcher.protocol import MAX_OUTPUT_CAP
 
 _READ = 1 << 16
@@ -82,10 +87,15 @@ def _execute(argv: list[str], env: dict[str, str]) -> None:
     raise failure or FileNotFoundError(errno.ENOENT, "no PATH to search")
 
 
-def _child(fields: dict, release: int, stdout: int, stderr: int, report: int) -> None:
-    step = "release"
+def _child(fields: dict, release: int, stdout: int, stderr: int, report: int, op_cgroup: int) -> None:
+    step = "cgroup"
     try:
         os.setpgid(0, 0)
+        # "0" moves the writer: v1 moves this thread alone, without the global lock a process move waits on.
+        os.write(op_cgroup, b"0")
+        step = "oom_score"
+        kernel.make_killable_first()
+        step = "release"
         if os.read(release, 1) != _RELEASE:
             os._exit(126)
         step = "stdin"
@@ -161,7 +171,13 @@ def classify(status: int, *, timed_out: bool, overflowed: bool, scratch_full: bo
     return limits.worst(observed)
 
 
-def run(channel, fields: dict) -> None:
+def _reap_now(pid: int):
+    """``wait4(pid)`` without blocking: (pid, status, usage), or None while the zombie is a tracer's to reap."""
+    found = os.wait4(pid, os.WNOHANG)
+    return found if found[0] == pid else None
+
+
+def run(channel, fields: dict, op_cgroup: int) -> None:
     """Run one exec op to the end and report it; every process it started is gone afterwards."""
     check_op(fields)
     release_read, release_write = os.pipe2(os.O_CLOEXEC)
@@ -170,7 +186,7 @@ def run(channel, fields: dict) -> None:
     stderr_read, stderr_write = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:
-        _child(fields, release_read, stdout_write, stderr_write, report_write)
+        _child(fields, release_read, stdout_write, stderr_write, report_write, op_cgroup)
     for fd in (release_read, report_write, stdout_write, stderr_write):
         os.close(fd)
     os.setpgid(pid, pid)
@@ -203,24 +219,28 @@ def run(channel, fields: dict) -> None:
             return False
         return captures[fd].add(chunk)
 
-    timed_out = overflowed = killed = exited = False
-    while not exited:
-        wait_ms = -1 if killed else max(0, int((deadline - time.monotonic()) * 1000) + 1)
-        events = poller.poll(wait_ms)
-        if not events and not killed:
-            timed_out = killed = True
-            kill_everything()
+    timed_out = overflowed = False
+    watching = True
+    reaped = None
+    while reaped is None and not (timed_out or overflowed):
+        events = poller.poll(max(0, int((deadline - time.monotonic()) * 1000) + 1))
+        if not events:
+            timed_out = True
         for fd, _ in events:
             if fd == pidfd:
-                exited = True
-            elif take(fd) and not killed:
-                overflowed = killed = True
-                kill_everything()
-    _, status, usage = os.wait4(pid, 0)
+                reaped = _reap_now(pid)
+                if reaped is None:
+                    poller.unregister(pidfd)
+                    watching = False
+            elif take(fd):
+                overflowed = True
+    # Kill before any wait that blocks: a zombie that a tracer held is released when its tracer dies.
+    kill_everything()
+    _, status, usage = reaped or os.wait4(pid, 0)
     ended = time.monotonic()
     os.close(pidfd)
-    kill_everything()
-    poller.unregister(pidfd)
+    if watching:
+        poller.unregister(pidfd)
     while open_fds:
         events = poller.poll(_DRAIN_MS)
         if not events:

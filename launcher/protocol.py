@@ -29,7 +29,7 @@ import _struct
 import os
 
 LAUNCHER, STARTER = "launcher", "starter"
-VERSION = "casebox.launcher.v1"
+VERSION = "casebox.launcher.v2"
 NONCE_BYTES = 32
 DIGEST_BYTES = 32
 MAX_MESSAGE = 1 << 20
@@ -70,6 +70,9 @@ MESSAGES = {
             ("cap_amb", "u64"),
             ("no_new_privs", "u8"),
             ("dumpable", "u8"),
+            ("seccomp", "u32"),
+            ("seccomp_filters", "u32"),
+            ("filter_digest", "bytes"),
             ("proc_hidepid", "u8"),
         ),
     ),
@@ -108,17 +111,18 @@ MESSAGES = {
             ("hostname", "str"),
             ("tmp_bytes", "u64"),
             ("work_bytes", "u64"),
-            ("rlimit_as", "u64"),
             ("rlimit_nproc", "u64"),
             ("rlimit_nofile", "u64"),
             ("rlimit_fsize", "u64"),
             ("host_network", "u8"),
+            ("seccomp_program", "bytes"),
         ),
     ),
     "IMPORT_DIR": (31, STARTER, 1, ()),
     "INTERPRETER": (32, STARTER, 1, (("path", "str"),)),
     "CAPABILITY": (33, STARTER, 1, (("target", "str"),)),
     "SETUP_END": (34, STARTER, 0, ()),
+    "OP_CGROUP": (38, STARTER, 1, ()),
     "OUTPUT": (37, STARTER, 1, (("target", "str"),)),
     "OP": (
         35,

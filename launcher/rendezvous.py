@@ -31,6 +31,7 @@ class Setup:
         self.import_dir = -1
         self.interpreter = -1
         self.interpreter_path = ""
+        self.op_cgroup = -1
         self.capabilities: list[tuple[int, str]] = []
         self.outputs: list[tuple[int, str]] = []
 
@@ -99,6 +100,9 @@ def receive_setup(channel: Channel, nonce: bytes) -> Setup:
     channel.ack(message)
     message = channel.receive("INTERPRETER")
     setup.interpreter, setup.interpreter_path = message.fds[0], message.fields["path"]
+    channel.ack(message)
+    message = channel.receive("OP_CGROUP")
+    setup.op_cgroup = message.fds[0]
     channel.ack(message)
     while True:
         message = channel.receive("CAPABILITY", "OUTPUT", "SETUP_END")

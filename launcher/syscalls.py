@@ -26,13 +26,13 @@ _LIBC = _FFI.dlopen(None)
 
 _NUMBERS = {
     "x86_64": {
-        "clone": 56, "pivot_root": 155, "prctl": 157, "mount": 165, "umount2": 166, "unshare": 272,
-        "setns": 308, "renameat2": 316, "execveat": 322, "open_tree": 428, "move_mount": 429,
+        "clone": 56, "pivot_root": 155, "prctl": 157, "mount": 165, "umount2": 166, "keyctl": 250, "unshare": 272,
+        "setns": 308, "renameat2": 316, "seccomp": 317, "execveat": 322, "open_tree": 428, "move_mount": 429,
         "close_range": 436, "mount_setattr": 442,
     },
     "aarch64": {
-        "umount2": 39, "mount": 40, "pivot_root": 41, "unshare": 97, "prctl": 167, "clone": 220,
-        "setns": 268, "renameat2": 276, "execveat": 281, "open_tree": 428, "move_mount": 429,
+        "umount2": 39, "mount": 40, "pivot_root": 41, "unshare": 97, "prctl": 167, "keyctl": 219, "clone": 220,
+        "setns": 268, "renameat2": 276, "seccomp": 277, "execveat": 281, "open_tree": 428, "move_mount": 429,
         "close_range": 436, "mount_setattr": 442,
     },
 }
@@ -165,6 +165,25 @@ def clone(flags: int) -> int:
     """
     zero = _long(0)
     return _call("clone", _long(flags | _SIGCHLD), zero, zero, zero, zero)
+
+
+def keyctl(operation: int, arg2: int = 0, arg3: int = 0) -> int:
+    """The raw keyctl(2) (glibc has no wrapper; libkeyutils is not a dependency)."""
+    return _call("keyctl", _long(operation), _long(arg2), _long(arg3))
+
+
+def buffer(data: bytes):
+    """A C copy of ``data``, alive while the caller holds it."""
+    return _FFI.new("char[]", data)
+
+
+def address(pointer) -> int:
+    return int(_FFI.cast("uintptr_t", pointer))
+
+
+def seccomp(operation: int, flags: int, argument) -> None:
+    """seccomp(2); ``argument`` is a buffer from :func:`buffer`."""
+    _call("seccomp", _long(operation), _long(flags), _FFI.cast("void *", argument))
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:

@@ -1,18 +1,27 @@
-"""Per-sandbox cgroups: where present, they observe the MEMORY and PIDS limit classes.
+"""Per-sandbox cgroups: the memory and process caps, and the counters that name the MEMORY and PIDS classes.
 
-rlimits contain every sandbox on every host. A kernel counter is what makes a
-limit class honest, and only cgroups have one: ``oom_kill`` in memory.events
-(v2) or memory.oom_control (v1), and ``max`` in pids.events. So the starter,
-on the host side, gives each sandbox its own cgroup when the memory and pids
-controllers are available, sets memory and pids caps there, and reads the two
-counters before and after every op. Without them those two classes are not
-observed (docs/launcher.md, "Limit classes").
+Memory is the cgroup's (S14): no address-space rlimit stands in for it, so a
+host without the memory and pids controllers gets no sandbox. Each sandbox
+gets its own cgroup, and its ops a child cgroup of their own, ``ops``, which
+alone carries the memory cap: an op's memory (its tmpfs pages too) is charged
+there and the OOM killer there chooses among the op's processes only, never
+pid 1, whose own allocations stay outside the cap. Each op joins ``ops`` before
+it execs by writing ``0`` into a descriptor of the cgroup's process file that
+the starter opened and pid 1 holds (launcher/ops.py). The starter reads the
+counters before and after every op: the OOM kills and the failed charges at
+the cap (``oom_kill`` and ``memory.failcnt`` / ``max``) and the forks refused
+at ``pids.max``.
 
-- cgroup v2 (Ubuntu CI runners): ``<root>/casebox/<sandbox>``; the memory and
-  pids controllers are enabled down that path.
+- cgroup v2 (Ubuntu CI runners): ``<root>/casebox/<sandbox>`` with the memory
+  and pids controllers enabled down that path; pid 1 (and stage 1 before it)
+  in its leaf ``init``, the ops in ``ops`` (no process may sit in a cgroup
+  whose children have controllers). ``memory.max`` charges socket buffers.
 - cgroup v1 (separate memory and pids hierarchies): a child of the starter's
   own cgroup in each hierarchy, so any limit already on the starter still
-  applies.
+  applies, with ``ops`` under the memory one. Writing ``0`` to ``tasks``
+  moves the writing thread alone, which the kernel does without the global
+  lock a process move waits on (an RCU grace period, about 10 ms).
+  ``memory.kmem.tcp.limit_in_bytes`` makes v1 charge TCP buffers too.
 """
 
 from __future__ import annotations
@@ -124,34 +133,73 @@ def _enable(parent: str) -> None:
         _write(os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{name}" for name in missing))
 
 
+OPS = "ops"
+INIT = "init"
+
+
+@dataclasses.dataclass(frozen=True)
+class Counters:
+    """What the kernel counted in a sandbox's cgroups so far."""
+
+    oom_kills: int
+    memory_failures: int
+    pids_refused: int
+
+
+def _counter_if_present(path: str, key: str | None = None) -> int:
+    """A counter file that not every kernel has (v1 swap and TCP accounting): 0 when it is absent."""
+    if not os.path.exists(path):
+        return 0
+    return _counter(path, key) if key else _number(path)
+
+
+def _number(path: str) -> int:
+    with open(path) as file:
+        return int(file.read())
+
+
 @dataclasses.dataclass
 class SandboxCgroup:
-    """One sandbox's cgroup(s): caps in, counters out, removed at teardown."""
+    """One sandbox's cgroups: caps in, counters out, removed at teardown.
+
+    ``directories`` lists every directory made, parents before children;
+    ``sandbox`` is where stage 1 (and so pid 1) is placed, ``ops`` where every
+    op is, ``pids`` where ``pids.max`` is.
+    """
 
     hierarchy: Hierarchy
     directories: tuple[str, ...]
+    sandbox: tuple[str, ...] = ()
+    ops: str = ""
+    pids: str = ""
 
     @classmethod
     def create(cls, hierarchy: Hierarchy, name: str, *, memory_bytes: int, pids_max: int) -> "SandboxCgroup":
-        """Make the cgroup(s) with their caps; nothing is left behind if a step fails."""
+        """Make the cgroups with their caps; nothing is left behind if a step fails."""
         group = cls(hierarchy, ())
         try:
             if hierarchy.version == 2:
                 _enable(os.path.dirname(hierarchy.memory_dir))
                 os.makedirs(hierarchy.memory_dir, mode=0o755, exist_ok=True)
                 _enable(hierarchy.memory_dir)
-                directory = group._make(os.path.join(hierarchy.memory_dir, name))
-                _write(os.path.join(directory, "memory.max"), str(memory_bytes))
-                if os.path.exists(os.path.join(directory, "memory.swap.max")):
-                    _write(os.path.join(directory, "memory.swap.max"), "0")
-                _write(os.path.join(directory, "pids.max"), str(pids_max))
+                top = group._make(os.path.join(hierarchy.memory_dir, name))
+                _enable(top)
+                group.sandbox = (group._make(os.path.join(top, INIT)),)
+                group.ops = group._make(os.path.join(top, OPS))
+                group.pids = top
+                _write(os.path.join(group.ops, "memory.max"), str(memory_bytes))
+                if os.path.exists(os.path.join(group.ops, "memory.swap.max")):
+                    _write(os.path.join(group.ops, "memory.swap.max"), "0")
             else:
                 memory = group._make(os.path.join(hierarchy.memory_dir, name))
-                pids = group._make(os.path.join(hierarchy.pids_dir, name))
-                _write(os.path.join(memory, "memory.limit_in_bytes"), str(memory_bytes))
-                if os.path.exists(os.path.join(memory, "memory.memsw.limit_in_bytes")):
-                    _write(os.path.join(memory, "memory.memsw.limit_in_bytes"), str(memory_bytes))
-                _write(os.path.join(pids, "pids.max"), str(pids_max))
+                group.pids = group._make(os.path.join(hierarchy.pids_dir, name))
+                group.sandbox = (memory, group.pids)
+                group.ops = group._make(os.path.join(memory, OPS))
+                _write(os.path.join(group.ops, "memory.limit_in_bytes"), str(memory_bytes))
+                for cap in ("memory.memsw.limit_in_bytes", "memory.kmem.tcp.limit_in_bytes"):
+                    if os.path.exists(os.path.join(group.ops, cap)):
+                        _write(os.path.join(group.ops, cap), str(memory_bytes))
+            _write(os.path.join(group.pids, "pids.max"), str(pids_max))
         except BaseException:
             group.remove()
             raise
@@ -163,30 +211,49 @@ class SandboxCgroup:
         return directory
 
     def attach(self, pid: int) -> None:
-        for directory in self.directories:
+        """Move process ``pid`` (stage 1, still blocked) into the sandbox's cgroup."""
+        for directory in self.sandbox:
             _write(os.path.join(directory, "cgroup.procs"), str(pid))
 
-    def counters(self) -> tuple[int, int]:
-        """(OOM kills, forks refused at pids.max) so far."""
+    def open_ops(self) -> int:
+        """A write-only descriptor of the ops cgroup's process file, for pid 1 (an op writes ``0`` into it)."""
+        name = "cgroup.procs" if self.hierarchy.version == 2 else "tasks"
+        return os.open(os.path.join(self.ops, name), os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+
+    def counters(self) -> Counters:
         if self.hierarchy.version == 2:
-            (directory,) = self.directories
-            return (
-                _counter(os.path.join(directory, "memory.events"), "oom_kill"),
-                _counter(os.path.join(directory, "pids.events"), "max"),
+            events = os.path.join(self.ops, "memory.events")
+            return Counters(
+                # The sandbox's memory.events counts every OOM kill below it, pid 1's leaf included.
+                oom_kills=_counter(os.path.join(os.path.dirname(self.ops), "memory.events"), "oom_kill"),
+                memory_failures=_counter(events, "max"),
+                pids_refused=_counter(os.path.join(self.pids, "pids.events"), "max"),
             )
-        memory, pids = self.directories
-        return _counter(os.path.join(memory, "memory.oom_control"), "oom_kill"), _counter(os.path.join(pids, "pids.events"), "max")
+        sandbox = self.sandbox[0]
+        return Counters(
+            oom_kills=sum(_counter(os.path.join(directory, "memory.oom_control"), "oom_kill") for directory in (sandbox, self.ops)),
+            memory_failures=sum(
+                _counter_if_present(os.path.join(self.ops, name))
+                for name in ("memory.failcnt", "memory.memsw.failcnt", "memory.kmem.tcp.failcnt")
+            ),
+            pids_refused=_counter(os.path.join(self.pids, "pids.events"), "max"),
+        )
 
     def remove(self) -> None:
-        """rmdir each directory; a cgroup stays busy for a moment after its last task is reaped."""
-        for directory in self.directories:
-            for attempt in range(_REMOVE_ATTEMPTS):
-                try:
-                    os.rmdir(directory)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as error:
-                    if error.errno != errno.EBUSY or attempt == _REMOVE_ATTEMPTS - 1:
-                        raise
-                    time.sleep(0.01)
+        """rmdir each directory, children first; a cgroup stays busy for a moment after its last task is reaped."""
+        for directory in reversed(self.directories):
+            remove_directory(directory)
+
+
+def remove_directory(directory: str) -> None:
+    """rmdir one empty cgroup, retrying while the kernel still counts a task that was just reaped."""
+    for attempt in range(_REMOVE_ATTEMPTS):
+        try:
+            os.rmdir(directory)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            if error.errno != errno.EBUSY or attempt == _REMOVE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.01)

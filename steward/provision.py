@@ -28,8 +28,9 @@ import stat
 import launcher
 from journal.createonly import write_durably
 from journal.errors import Refused
-from launcher import onefile
+from launcher import onefile, seccomp
 from launcher.digest import sha256_of_fd
+from steward.failure import SandboxFailure
 from steward.stateroot import STAGING, StateRoot
 
 TOP_LEVEL = "onefile.py"
@@ -71,6 +72,16 @@ def shipped() -> tuple[bytes, bytes]:
     """(bytes, SHA-256) of the launcher shipped with this installation, built once per process."""
     data = build(pathlib.Path(launcher.__file__).resolve().parent)
     return data, hashlib.sha256(data).digest()
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_filter() -> bytes:
+    """The syscall filter's program every sandbox of this process loads (S12), built once; a host whose
+    libseccomp is missing or builds other bytes than the shipped digest gets a sentence, never a sandbox."""
+    try:
+        return seccomp.shipped_program()
+    except seccomp.FilterError as error:
+        raise SandboxFailure(str(error)) from None
 
 
 def open_staging(state_root: "StateRoot | str") -> tuple[int, str]:

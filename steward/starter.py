@@ -31,7 +31,7 @@ import subprocess
 import threading
 
 from journal.errors import Refused
-from launcher import drop, limits, protocol
+from launcher import drop, limits, protocol, seccomp
 from launcher.environment import forbidden_variable
 from launcher.protocol import Channel, ProtocolError
 from steward import cgroups, dedicated, hostnetwork, procfs, provision
@@ -63,18 +63,22 @@ class Spec:
     network: str = LOOPBACK
 
 
-def op_class(reported: str, *, memory_events: bool, pids_events: bool) -> str:
-    """An op's limit class (S10): the launcher's, and MEMORY or PIDS where the cgroup counted an event.
+def op_class(reported: str, before: cgroups.Counters, after: cgroups.Counters) -> str:
+    """An op's limit class (S10, S14): the launcher's, and MEMORY or PIDS where the cgroup counted an event.
 
-    A class the launcher may not report is a protocol failure, never left to
-    the priority order, where an unknown name would read as OK.
+    An OOM kill names MEMORY whatever the exit. A charge that failed at the
+    memory cap (a thread, a buffer or a tmpfs page the cap refused) names
+    MEMORY for an op that did not end OK: the sandbox's own limit is never
+    the candidate's failure. A class the launcher may not report is a
+    protocol failure, never left to the priority order, where an unknown name
+    would read as OK.
     """
     if reported not in limits.LAUNCHER_CLASSES:
         raise ProtocolError(f"OP_RESULT names the limit class {reported!r}, not one of {', '.join(limits.LAUNCHER_CLASSES)}")
     observed = {reported}
-    if memory_events:
+    if after.oom_kills > before.oom_kills or (reported != "OK" and after.memory_failures > before.memory_failures):
         observed.add("MEMORY")
-    if pids_events:
+    if after.pids_refused > before.pids_refused:
         observed.add("PIDS")
     return limits.worst(observed)
 
@@ -154,6 +158,7 @@ class Sandbox:
         self.id = sandbox_id or secrets.token_hex(8)
         self.channel: Channel | None = None
         self.cgroup: cgroups.SandboxCgroup | None = None
+        self.op_cgroup_fd = -1
         self.staging_fd = -1
         self.launcher_name = f"launcher-{self.id}.pyc"
         self.socket_name = f"rendezvous-{self.id}.sock"
@@ -213,6 +218,7 @@ class Sandbox:
         try:
             runtime = open_runtime()
             data, digest = provision.shipped()
+            program = provision.shipped_filter()
             self.staging_fd, root_path = provision.open_staging(self.state_root)
             if self.spec.network == HOST_NETWORK:
                 self.etc_made = True
@@ -233,7 +239,7 @@ class Sandbox:
                 os.close(launcher_fd)
             self.channel = Channel(connection, protocol.STARTER)
             self._hello()
-            self._setup(digest, runtime, trees)
+            self._setup(digest, program, runtime, trees)
         finally:
             os.close(usr_fd)
             if etc_fd >= 0:
@@ -290,14 +296,20 @@ class Sandbox:
         self.ledger.process_released(self._op_id("launcher"))
 
     def _make_cgroup(self) -> None:
-        """The sandbox's own cgroup, where the host has the controllers; stage 1 joins it while still
-        blocked, so pid 1 is born there."""
+        """The sandbox's own cgroups (S14); stage 1 joins the sandbox's while still blocked, so pid 1 is born
+        there, and pid 1 gets the ops cgroup as a descriptor. Without the controllers there is no memory cap,
+        so there is no sandbox."""
         hierarchy = cgroups.detect()
-        if hierarchy is not None:
-            self.cgroup = cgroups.SandboxCgroup.create(
-                hierarchy, f"casebox-{self.id}", memory_bytes=self.spec.limits.memory_bytes,
-                pids_max=self.spec.limits.processes + 1,
+        if hierarchy is None:
+            raise SandboxFailure(
+                "this host has no cgroup memory and pids controllers, and casebox caps an op's memory and processes "
+                "only there (S14); enable them (cgroup v2, or the v1 memory and pids hierarchies)"
             )
+        self.cgroup = cgroups.SandboxCgroup.create(
+            hierarchy, f"casebox-{self.id}", memory_bytes=self.spec.limits.memory_bytes,
+            pids_max=self.spec.limits.processes + 1,
+        )
+        self.op_cgroup_fd = self.cgroup.open_ops()
 
     def _accept(self, listener: socket.socket) -> socket.socket:
         try:
@@ -321,7 +333,7 @@ class Sandbox:
             raise ProtocolError("the launcher's nonce is wrong")
         self.channel.ack(message)
 
-    def _setup(self, digest: bytes, runtime, trees: list[tuple[str, int, str]]) -> None:
+    def _setup(self, digest: bytes, program: bytes, runtime, trees: list[tuple[str, int, str]]) -> None:
         spec, caps = self.spec, self.spec.limits
         self.channel.leaf(
             "SETUP",
@@ -331,16 +343,17 @@ class Sandbox:
             hostname=HOSTNAME,
             tmp_bytes=caps.tmp_bytes,
             work_bytes=caps.work_bytes,
-            rlimit_as=caps.address_space,
             # One above the cgroup's pids.max (which counts pid 1 too), so
             # where the cgroup exists it refuses the fork first and counts it.
             rlimit_nproc=caps.processes + 2,
             rlimit_nofile=caps.files,
             rlimit_fsize=caps.file_size,
             host_network=spec.network == HOST_NETWORK,
+            seccomp_program=program,
         )
         self.channel.leaf("IMPORT_DIR", (runtime.import_dir_fd,))
         self.channel.leaf("INTERPRETER", (runtime.interpreter_fd,), path=runtime.interpreter)
+        self.channel.leaf("OP_CGROUP", (self.op_cgroup_fd,))
         for message, fd, target in trees:
             self.channel.leaf(message, (fd,), target=target)
         self.channel.leaf("SETUP_END")
@@ -358,7 +371,8 @@ class Sandbox:
                 observations.pop("proc_hidepid")
                 try:
                     drop.check(observations, self.spec.uid, self.spec.gid)
-                except drop.DropError as error:
+                    seccomp.check(observations, seccomp.inherited_filters())
+                except (drop.DropError, seccomp.FilterError) as error:
                     raise ProtocolError(str(error)) from None
                 network = hostnetwork.network_of(self.init_pid)
                 if network != self.spec.network:
@@ -441,7 +455,7 @@ class Sandbox:
     def _run(self, argv, env, cwd, timeout_ms, stdout_cap, stderr_cap) -> OpResult | OpNotStarted:
         self.ops += 1
         op_id = self._op_id(f"op-{self.ops}")
-        before = self.cgroup.counters() if self.cgroup else (0, 0)
+        before = self.cgroup.counters()
         self.channel.sock.settimeout(BOOTSTRAP_SECONDS)
         self.channel.leaf(
             "OP",
@@ -466,13 +480,13 @@ class Sandbox:
         fields = message.fields
         self.ledger.process_terminal(op_id, fields["wait_status"], "launcher")
         self.ledger.descendants_terminal(op_id, fields["descendants_reaped"])
-        after = self.cgroup.counters() if self.cgroup else (0, 0)
+        after = self.cgroup.counters()
         self.channel.ack(message)
         self.channel.sock.settimeout(None)
         if message.name == "OP_NOT_STARTED":
             return OpNotStarted(fields["step"], fields["errno"], fields["wait_status"], fields["descendants_reaped"], op_id)
         return OpResult(
-            limit=op_class(fields["limit"], memory_events=after[0] > before[0], pids_events=after[1] > before[1]),
+            limit=op_class(fields["limit"], before, after),
             wait_status=fields["wait_status"],
             descendants_reaped=fields["descendants_reaped"],
             wall_ms=fields["wall_ms"],
@@ -520,6 +534,9 @@ class Sandbox:
             lines = [line for line in self.stage_one.stderr.read().decode("utf-8", "replace").splitlines() if line.strip()]
             self.stage_one.stderr.close()
             self.launcher_stderr = " ".join(lines[-1:])[-_STDERR_TAIL:]
+        if self.op_cgroup_fd >= 0:
+            os.close(self.op_cgroup_fd)
+            self.op_cgroup_fd = -1
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from launcher import drop, protocol
+from launcher import drop, protocol, seccomp
 from launcher.protocol import Channel, ProtocolError
 from sandbox_support import PYTHON, SANDBOX_ENV, contained, start, state_root  # noqa: F401
 from steward.ledger import RecordingLedger
@@ -32,6 +32,15 @@ def proved() -> dict:
         "cap_amb": 0,
         "no_new_privs": True,
         "dumpable": False,
+    }
+
+
+def filtered() -> dict:
+    """READY's filter proof as a complete one reads (S12)."""
+    return {
+        "seccomp": 2,
+        "seccomp_filters": seccomp.inherited_filters() + 1,
+        "filter_digest": bytes.fromhex(seccomp.SHIPPED_DIGESTS[seccomp.syscalls.MACHINE]),
     }
 
 
@@ -89,7 +98,7 @@ def test_the_starter_refuses_ready_with_privileges_left(tmp_path):
     near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sandbox.channel = Channel(near, protocol.STARTER)
     launcher = Channel(far, protocol.LAUNCHER)
-    launcher.send("READY", proc_hidepid=True, **{**proved(), "cap_eff": 1 << 21})
+    launcher.send("READY", proc_hidepid=True, **{**proved(), **filtered(), "cap_eff": 1 << 21})
     with pytest.raises(ProtocolError, match="CapEff is 0x200000"):
         sandbox._bootstrap()
     far.setblocking(False)

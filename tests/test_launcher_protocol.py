@@ -19,7 +19,7 @@ HELLO_BYTES = bytes.fromhex(
     "00000000"  # seq 0
     "000a"  # type 10, HELLO
     "0000"  # reserved
-    "00000013" + b"casebox.launcher.v1".hex()  # version: u32 length 19, UTF-8
+    "00000013" + b"casebox.launcher.v2".hex()  # version: u32 length 19, UTF-8
     + "00000020" + "11" * 32  # nonce: u32 length 32, bytes
 )
 OP_BYTES = bytes.fromhex(
@@ -234,10 +234,11 @@ def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_the
         launcher.leaf = lambda name, fds=(), **fields: None
         for name, fds, fields in [
             ("SETUP", (), {"digest": b"\x00" * 32, "uid": 7, "gid": 7, "hostname": "h", "tmp_bytes": 1, "work_bytes": 1,
-                           "rlimit_as": 1, "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1,
+                           "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1, "seccomp_program": b"",
                            "host_network": host_network}),
             ("IMPORT_DIR", (directory,), {}),
             ("INTERPRETER", (directory,), {"path": "/usr/bin/python3"}),
+            ("OP_CGROUP", (directory,), {}),
             (message, (directory,), {"target": target}),
             ("SETUP_END", (), {}),
         ]:
@@ -250,6 +251,7 @@ def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_the
                 os.close(fd)
             os.close(setup.import_dir)
             os.close(setup.interpreter)
+            os.close(setup.op_cgroup)
         else:
             with pytest.raises(ProtocolError, match=f"target {target!r} is not"):
                 rendezvous.receive_setup(launcher, b"\x00" * 32)
@@ -280,8 +282,8 @@ def test_pid_one_refuses_an_op_it_cannot_run_as_materialized(change, rule):
         check_op({**OP, **change})
 
 
-SETUP = {"digest": b"\x00" * 32, "uid": 7, "gid": 7, "hostname": "h", "tmp_bytes": 1, "work_bytes": 1, "rlimit_as": 1,
-         "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1, "host_network": False}
+SETUP = {"digest": b"\x00" * 32, "uid": 7, "gid": 7, "hostname": "h", "tmp_bytes": 1, "work_bytes": 1,
+         "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1, "host_network": False, "seccomp_program": b""}
 
 
 @pytest.mark.parametrize("setup, trees, rule", [
@@ -302,6 +304,7 @@ def test_stage_one_refuses_a_setup_it_must_not_build(pair, setup, trees, rule):
         starter.send("SETUP", (), **{**SETUP, **setup})
         starter.send("IMPORT_DIR", (directory,))
         starter.send("INTERPRETER", (directory,), path="/usr/bin/python3")
+        starter.send("OP_CGROUP", (directory,))
         for target in trees:
             starter.send("CAPABILITY", (directory,), target=target)
         starter.send("SETUP_END")

@@ -9,6 +9,7 @@ import pytest
 from launcher import limits
 from launcher.ops import classify
 from launcher.protocol import ProtocolError
+from steward.cgroups import Counters
 from steward.starter import op_class
 
 
@@ -46,18 +47,31 @@ def test_the_launcher_classifies_what_it_observed(status, flags, expected):
 
 
 
+NOTHING = Counters(oom_kills=0, memory_failures=0, pids_refused=0)
+
+
 def test_the_starter_adds_the_cgroup_events_to_the_launchers_class():
     """S10: a memory or pids event the cgroup counted names the class, over what the launcher saw."""
-    assert op_class("OK", memory_events=False, pids_events=False) == "OK"
-    assert op_class("SIGNALLED", memory_events=True, pids_events=False) == "MEMORY"
-    assert op_class("EXIT_NONZERO", memory_events=False, pids_events=True) == "PIDS"
+    assert op_class("OK", NOTHING, NOTHING) == "OK"
+    assert op_class("SIGNALLED", NOTHING, Counters(1, 0, 0)) == "MEMORY"
+    assert op_class("OK", NOTHING, Counters(1, 0, 0)) == "MEMORY"
+    assert op_class("EXIT_NONZERO", NOTHING, Counters(0, 0, 1)) == "PIDS"
+
+
+@pytest.mark.parametrize("reported", ["EXIT_NONZERO", "SIGNALLED", "TIMEOUT"])
+def test_a_failure_at_the_memory_cap_is_memory_never_the_candidates_failure(reported):
+    """S14: an op that did not end OK while the cap refused a charge (a thread, a socket buffer, a tmpfs page)
+    is MEMORY, never EXIT_NONZERO and so never FAIL; an op that ended OK despite the pressure stays OK."""
+    assert op_class(reported, NOTHING, Counters(0, 3, 0)) == "MEMORY"
+    assert op_class("OK", NOTHING, Counters(0, 3, 0)) == "OK"
+    assert op_class(reported, Counters(0, 3, 0), Counters(0, 3, 0)) == reported
 
 
 @pytest.mark.parametrize("reported", ["BOGUS", "ok", "", "MEMORY", "PIDS"])
 def test_a_class_the_launcher_may_not_report_is_refused_never_read_as_ok(reported):
     """S10, fail closed: an unknown class (or one only the cgroup may name) ends the sandbox; it never becomes OK."""
     with pytest.raises(ProtocolError, match="limit class"):
-        op_class(reported, memory_events=False, pids_events=False)
+        op_class(reported, NOTHING, NOTHING)
 
 
 def test_the_priority_is_the_one_docs_launcher_md_states(repo):

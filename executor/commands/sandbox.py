@@ -16,7 +16,7 @@ from journal.errors import Refused
 from journal.strictjson import decode_lossy
 from launcher.protocol import MAX_OUTPUT_CAP
 from launcher.rendezvous import is_capability_target
-from steward.api import MIB, Limits
+from steward.api import DEFAULT_PROCESSES, MIB, Limits
 from steward.failure import SandboxFailure
 from steward.ledger import RecordingLedger
 from steward.starter import OpNotStarted, Sandbox, Spec
@@ -178,7 +178,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--tmp-mb", type=_bounded(1, 65536), default=64, metavar="N", help="size of /tmp (default 64)")
     run.add_argument("--work-mb", type=_bounded(1, 65536), default=256, metavar="N", help="size of /work (default 256)")
     run.add_argument("--memory-mb", type=_bounded(16, 65536), default=512, metavar="N", help="memory cap (default 512)")
-    run.add_argument("--pids", type=_bounded(1, 4096), default=64, metavar="N", help="process cap for the op (default 64)")
+    run.add_argument(
+        "--pids", type=_bounded(1, 4096), default=DEFAULT_PROCESSES, metavar="N",
+        help=f"cap on the op's processes and threads (default {DEFAULT_PROCESSES})",
+    )
     run.add_argument(
         "--timeout-ms", type=_bounded(1, 3_600_000), default=DEFAULT_TIMEOUT_MS, metavar="N",
         help=f"wall-clock limit (default {DEFAULT_TIMEOUT_MS})",
