@@ -404,7 +404,7 @@ class CaseService:
         process = ProcessIdentity(result.op_id, result.pid, result.starttime, result.pgid)
         outcome = outcome_from_launcher(result.observation)
         output = None if outcome.observed is None else CaseOutput.of(result.observation, None if junit is None else junit.data)
-        receipt = build_receipt(binding, case.id, process, outcome, pytest, result.head, output)
+        receipt = build_receipt(binding, case.id, process, outcome, pytest, result.head, output, result.filter_digest)
         return CaseRun(case.id, receipt, None), output
 
     def _junit(self, report: str) -> Report:

@@ -17,7 +17,8 @@ from the evidence.
    at or after its op's terminal records; its process identity the
    PROCESS_INTENT, its raw wait status the PROCESS_TERMINAL and its
    descendant count the DESCENDANTS_TERMINAL of its op, recorded with the
-   op's role and reaper.
+   op's role and reaper; its syscall filter digest the one this casebox
+   ships and the one its sandbox's SANDBOX_READY recorded (S12).
 4. Across receipts: one candidate, dependency and runtime inventory, one
    attempt number, and no op id used twice in a stage.
    Its published output files are exactly the ones it binds, byte for byte
@@ -53,6 +54,7 @@ from executor.receipts import (
     OP_ROLE,
     RECEIPT_MAX_BYTES,
     DEPENDENCY_STEPS,
+    SHIPPED_FILTER_DIGESTS,
     STEP_DEPENDENCIES,
     STEP_INSTALL,
     STEP_RUNNER,
@@ -65,7 +67,7 @@ from executor.receipts import (
 from journal.createonly import EvidenceConflict, open_directory, publish_once
 from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
-from journal.format import CAP, Kind, networked_op
+from journal.format import CAP, Kind, networked_op, sandbox_of
 from journal.reader import Reading, Verdict, read_journal
 from journal.seal import NAME as SEAL_NAME
 from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
@@ -103,6 +105,7 @@ REASONS = {
     "head_mismatch": "the receipt's journal head is not a head the journal had after the op ended",
     "identity_mismatch": "the receipt's process identity is not its op's PROCESS_INTENT, or two receipts share an op",
     "network_sandbox": "the receipt's op ran in a sandbox that had the host's network (S9: a case has loopback only)",
+    "filter_mismatch": "the receipt names no syscall filter, one this casebox does not ship, or one its sandbox's SANDBOX_READY did not record (S12)",
     "wait_status_mismatch": "the receipt's wait status is not its op's PROCESS_TERMINAL",
     "descendants_mismatch": "the receipt's descendant count is not its op's DESCENDANTS_TERMINAL",
     published.MISMATCH: "the case's published output files are missing, unreadable, extra or not the bytes its receipt binds",
@@ -230,7 +233,7 @@ def _judge_stage(dir_fd: int, expected: Expected) -> _Stage:
             stage.problem = "cleanup_unverified"
     for index, record in enumerate(reading.records):
         stage.heads[record.digest] = index
-        if record.kind in (Kind.PROCESS_INTENT, Kind.PROCESS_TERMINAL, Kind.DESCENDANTS_TERMINAL):
+        if record.kind in (Kind.PROCESS_INTENT, Kind.PROCESS_TERMINAL, Kind.DESCENDANTS_TERMINAL, Kind.SANDBOX_READY):
             stage.records[(record.kind, record.fields["op_id"])] = (index, record.fields)
     return stage
 
@@ -298,6 +301,9 @@ def _journal_reason(receipt: Receipt, stage: _Stage) -> str | None:
         return None
     if networked_op(process.op_id):
         return "network_sandbox"
+    ready = stage.records.get((Kind.SANDBOX_READY, f"{sandbox_of(process.op_id)}.init"))
+    if receipt.filter_digest not in SHIPPED_FILTER_DIGESTS or ready is None or ready[1]["filter_digest"] != receipt.filter_digest:
+        return "filter_mismatch"
     intent = stage.records.get((Kind.PROCESS_INTENT, process.op_id))
     if intent is None or intent[1]["role"] != OP_ROLE or (
         intent[1]["pid"], intent[1]["starttime"], intent[1]["pgid"]

@@ -2,7 +2,8 @@
 
 A receipt records what the launcher observed of one case's op, bound to the
 attempt, the plan, the candidate, the bundle, the dependency and runtime
-inventories, the stage and the journal head at the moment it was written.
+inventories, the stage, the syscall filter the op ran under and the journal
+head at the moment it was written.
 It also binds, by SHA-256 and size, the case's output files published
 beside it (its stdout and stderr, each capped to its first and last 64 KiB,
 and its junit report), and names the casebox version that wrote it.
@@ -21,7 +22,7 @@ import re
 from executor import VERSION
 from executor.junit import READ, REPORT_STATES, JunitCounts, PytestEvidence
 from executor.plan import CASE_ID
-from journal.closed import ClosedObject, check_digest
+from journal.closed import SHA256_HEX, ClosedObject, check_digest, check_str
 from journal.format import ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
 
@@ -66,6 +67,11 @@ OUTPUT_MAX_BYTES = {"stdout": 2 * OUTPUT_EDGE_BYTES, "stderr": 2 * OUTPUT_EDGE_B
 # its process op id names).
 PHASES = ("extract", "resolve", "fetch", "install")
 MAX_PHASES = 16
+# S12: the SHA-256 of the syscall filter program this casebox ships, per machine. Written out here because
+# the evaluator runs without launcher/; a test checks that this is exactly launcher.seccomp.SHIPPED_DIGESTS.
+SHIPPED_FILTER_DIGESTS = frozenset({
+    "0daa26d305e6d1fcc1b5390316de43bc6c0f8724be28b40513053ab9b3dea79f",  # x86_64
+})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +269,8 @@ class Receipt:
     journal_head: str
     published: Published | None = None
     casebox_version: str = VERSION
+    # The syscall filter the op's sandbox proved at READY (S12); null when the case had no process.
+    filter_digest: str | None = None
 
     @property
     def name(self) -> str:
@@ -289,6 +297,7 @@ class Receipt:
             pytest=None if self.pytest is None else self.pytest.as_dict(),
             published=None if self.published is None else self.published.as_dict(),
             journal_head=self.journal_head,
+            filter_digest=self.filter_digest,
         )
         return value
 
@@ -319,10 +328,14 @@ def build_receipt(
     pytest: PytestEvidence | None,
     journal_head: str,
     output: CaseOutput | None = None,
+    filter_digest: str | None = None,
 ) -> Receipt:
     """A receipt from what the launcher observed, binding ``output`` (given exactly when the op ran);
     refused unless :func:`receipt_from_bytes` would accept it."""
-    receipt = Receipt(binding, case_id, process, outcome, pytest, journal_head, None if output is None else output.bound())
+    receipt = Receipt(
+        binding, case_id, process, outcome, pytest, journal_head, None if output is None else output.bound(),
+        filter_digest=filter_digest,
+    )
     receipt_from_bytes(receipt.canonical_bytes())
     return receipt
 
@@ -356,6 +369,13 @@ def _phase(path: str, item: object) -> tuple[str, str]:
     sandbox = pop_id(fields, "sandbox")
     fields.done()
     return phase, sandbox
+
+
+def _nullable_sha256(fields: ClosedObject, key: str) -> str | None:
+    value = fields.pop_nullable(key)
+    if value is None:
+        return None
+    return check_str(value, child_path(fields.path, key), max_bytes=64, pattern=SHA256_HEX, rule="must be null or 64 lowercase hex digits")
 
 
 def _binding(fields: ClosedObject) -> Binding:
@@ -487,7 +507,9 @@ def _check_published(published: Published | None, observed: Observed | None, pyt
         raise StrictJSONError("$.published.junit", "is given only for a pytest report within its cap, with the report's size")
 
 
-def _check_outcome(outcome: Outcome, process: ProcessIdentity | None) -> None:
+def _check_outcome(outcome: Outcome, process: ProcessIdentity | None, filter_digest: str | None) -> None:
+    if process is None and filter_digest is not None:
+        raise StrictJSONError("$.filter_digest", "is null when the case had no process")
     status = outcome.wait_status
     if (process is None) != (status is None) or (status is None) != (outcome.descendants_reaped is None):
         raise StrictJSONError("$.process", "process, wait_status and descendants_reaped are all null or all given")
@@ -526,11 +548,12 @@ def receipt_from_value(value: object) -> Receipt:
     pytest = _pytest(_nullable_object(fields, "pytest"))
     published = _published(_nullable_object(fields, "published"))
     journal_head = fields.pop_sha256("journal_head")
+    filter_digest = _nullable_sha256(fields, "filter_digest")
     fields.done()
     outcome = Outcome(limit, wait_status, descendants, observed, not_started)
-    _check_outcome(outcome, process)
+    _check_outcome(outcome, process, filter_digest)
     _check_published(published, observed, pytest)
-    return Receipt(binding, case_id, process, outcome, pytest, journal_head, published, version)
+    return Receipt(binding, case_id, process, outcome, pytest, journal_head, published, version, filter_digest)
 
 
 def receipt_from_bytes(data: bytes) -> Receipt:

@@ -91,6 +91,7 @@ class Kind(enum.IntEnum):
     CLEANUP_EVIDENCE = 11
     RETIREMENT_INTENT = 12
     RETIRED = 13
+    SANDBOX_READY = 14
 
 
 RETIREMENT_KINDS = frozenset({Kind.RETIREMENT_INTENT, Kind.RETIRED})
@@ -298,6 +299,7 @@ SCHEMAS: Mapping[Kind, tuple[tuple[str, Integer | Text | OneOf], ...]] = {
     ),
     Kind.RETIREMENT_INTENT: _NOTE,
     Kind.RETIRED: _NOTE,
+    Kind.SANDBOX_READY: (("op_id", IDENTIFIER), ("filter_digest", DIGEST)),
 }
 
 

@@ -75,6 +75,8 @@ def _process(line: Timeline, process: Process, name: str) -> str:
         text += f"  lived {duration(process.intent_at, process.terminal_at)}"
     if process.descendants is not None:
         text += f"  {process.descendants} descendants terminal"
+    if process.filter_digest is not None:
+        text += f"  ready, filter sha256:{process.filter_digest}"
     return text
 
 

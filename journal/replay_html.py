@@ -271,6 +271,8 @@ def _process_title(line: Timeline, process: Process) -> str:
         text += f", lived {duration(process.intent_at, process.terminal_at)}"
     if process.descendants is not None:
         text += f"\n{process.descendants} descendants terminal"
+    if process.filter_digest is not None:
+        text += f"\nready, filter sha256:{process.filter_digest}"
     return text
 
 

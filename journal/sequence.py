@@ -17,7 +17,9 @@ from journal.format import CAP, RESERVE, RESERVE_START, RETIREMENT_KINDS, Kind
 # lookup costs about as much as the comparison itself, once per record.
 _GENESIS, _RETIREMENT_INTENT, _RETIRED = Kind.GENESIS, Kind.RETIREMENT_INTENT, Kind.RETIRED
 _HELPER_ATTEMPT = Kind.HELPER_ATTEMPT
-_PROCESS_FOLLOW_UPS = frozenset({Kind.PROCESS_RELEASED, Kind.PROCESS_TERMINAL, Kind.DESCENDANTS_TERMINAL})
+_PROCESS_FOLLOW_UPS = frozenset({Kind.PROCESS_RELEASED, Kind.PROCESS_TERMINAL, Kind.DESCENDANTS_TERMINAL, Kind.SANDBOX_READY})
+# A process is released, and proves its sandbox ready, only while it lives.
+_BEFORE_TERMINAL = frozenset({Kind.PROCESS_RELEASED, Kind.SANDBOX_READY})
 _DONE_OF = {Kind.MOUNT_DONE: Kind.MOUNT_INTENT, Kind.UNMOUNT_DONE: Kind.UNMOUNT_INTENT}
 _INTENTS = frozenset({Kind.PROCESS_INTENT, Kind.MOUNT_INTENT, Kind.UNMOUNT_INTENT})
 _FOLLOW_UPS = _PROCESS_FOLLOW_UPS | _DONE_OF.keys()
@@ -94,7 +96,7 @@ class Sequence:
         operation = self._operation(kind, fields, Kind.PROCESS_INTENT)
         if kind in operation.seen:
             raise OutOfSequence("op_id", f"{fields['op_id']!r} already has a {kind.name} record")
-        if kind is Kind.PROCESS_RELEASED and Kind.PROCESS_TERMINAL in operation.seen:
+        if kind in _BEFORE_TERMINAL and Kind.PROCESS_TERMINAL in operation.seen:
             raise OutOfSequence("op_id", f"{fields['op_id']!r} is already terminal")
 
     def _done(self, kind: Kind, fields: dict[str, Any]) -> None:

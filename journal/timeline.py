@@ -43,6 +43,8 @@ class Process:
     descendants: int | None = None
     # The limit class evidence gives this op (a receipt's ``limit``), when there is any.
     limit: str | None = None
+    # A pid 1's READY: the digest of the syscall filter its ops run under (S12).
+    filter_digest: str | None = None
 
     @property
     def first_at(self) -> int:
@@ -221,6 +223,8 @@ class _Fold:
             process.terminal_at, process.wait_status, process.reaper = at, fields["wait_status"], fields["reaper"]
         elif kind is Kind.DESCENDANTS_TERMINAL:
             self.processes[fields["op_id"]].descendants = fields["count"]
+        elif kind is Kind.SANDBOX_READY:
+            self.processes[fields["op_id"]].filter_digest = fields["filter_digest"]
         elif kind is Kind.MOUNT_INTENT:
             mount = Mount(fields["target"], fields["kind"], fields["op_id"], at)
             self.mounts[mount.op_id] = mount

@@ -301,6 +301,9 @@ class JournalWriter:
     def unmount_done(self, op_id: str, target: str, kind: str) -> str:
         return self.append(Kind.UNMOUNT_DONE, {"op_id": op_id, "target": target, "kind": kind})
 
+    def sandbox_ready(self, op_id: str, filter_digest: str) -> str:
+        return self.append(Kind.SANDBOX_READY, {"op_id": op_id, "filter_digest": filter_digest})
+
     def helper_attempt(self, attempt: int, response_digest: str, outcome: str) -> str:
         return self.append(Kind.HELPER_ATTEMPT, {"attempt": attempt, "response_digest": response_digest, "outcome": outcome})
 

@@ -40,6 +40,7 @@ KINDS = {
     "CLEANUP_EVIDENCE": 11,
     "RETIREMENT_INTENT": 12,
     "RETIRED": 13,
+    "SANDBOX_READY": 14,
 }
 
 CREATED = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z in microseconds
@@ -141,6 +142,9 @@ def every_kind() -> Journal:
     first_head = journal.heads[0]
     return (
         journal.add("DESCENDANTS_TERMINAL", op_id="proc-1", count=3)
+        .add("PROCESS_INTENT", op_id="sbx-1.init", role="namespace", pid=4243, starttime=987655, pgid=4242)
+        .add("SANDBOX_READY", op_id="sbx-1.init", filter_digest="44" * 32)
+        .add("PROCESS_TERMINAL", op_id="sbx-1.init", wait_status=0, reaper="steward")
         .add("UNMOUNT_INTENT", op_id="umnt-1", target="/sandbox/tmp", kind="tmpfs")
         .add("UNMOUNT_DONE", op_id="umnt-1", target="/sandbox/tmp", kind="tmpfs")
         .add("HELPER_ATTEMPT", attempt=1, response_digest="ab" * 32, outcome="MISSING")
@@ -240,7 +244,7 @@ def vectors() -> list[dict]:
     out.append(broken("bad_version", "record 2 says version 2", set_header(data, second, version=2), "CORRUPT", full_kinds, 1))
     out.append(broken("length_zero", "record 2's length is 0", set_header(data, second, length=0), "CORRUPT", full_kinds, 1))
     out.append(broken("length_4097", "record 2's length is 4,097", set_header(data, second, length=4_097), "CORRUPT", full_kinds, 1))
-    out.append(broken("unknown_kind", "record 2's kind is 14", set_header(data, second, kind=14), "CORRUPT", full_kinds, 1))
+    out.append(broken("unknown_kind", "record 2's kind is 15", set_header(data, second, kind=15), "CORRUPT", full_kinds, 1))
 
     broken_chain = Journal()
     payload = canonical({"op_id": "p", "role": "launcher", "pid": 7, "starttime": 1, "pgid": 7, "prev": "00" * 32, "at": broken_chain.time})
@@ -269,6 +273,8 @@ def vectors() -> list[dict]:
     out.append(broken("unknown_operation", "PROCESS_RELEASED names no earlier PROCESS_INTENT", bytes(orphan.data), "CORRUPT", orphan, 1))
     retry = Journal().add("HELPER_ATTEMPT", attempt=1, response_digest="ab" * 32, outcome="INVALID").add("HELPER_ATTEMPT", attempt=2, response_digest="cd" * 32, outcome="CLEANED")
     out.append(broken("helper_after_invalid", "a second helper attempt after an INVALID one", bytes(retry.data), "CORRUPT", retry, 2))
+    dead = lifecycle(Journal()).add("SANDBOX_READY", op_id="proc-1", filter_digest="44" * 32)
+    out.append(broken("ready_after_terminal", "SANDBOX_READY for a process already terminal", bytes(dead.data), "CORRUPT", dead, len(dead.offsets) - 1))
     third = every_kind().add("RETIRED", note="again")
     out.append(broken("third_retirement", "a RETIRED record after RETIRED", bytes(third.data), "CORRUPT", third, len(third.offsets) - 1))
     late = Journal().add("PROCESS_RELEASED", op_id="x")

@@ -34,6 +34,8 @@ LOOPBACK = "loopback"
 HOST_NETWORK = "host"
 NETWORKS = (LOOPBACK, HOST_NETWORK)
 DEFAULT_PROCESSES = 512
+# The kernel's limit on a thread's stacked filters is their total length; no process has near this many.
+MAX_FILTERS = 4_096
 
 
 def check_name(name: object, where: str) -> str:
@@ -114,8 +116,9 @@ class Opened:
 
 @dataclasses.dataclass(frozen=True)
 class Ready:
-    """A READY sandbox: its id, the journal head, the launcher's proof of the drop (S5), and the network
-    its pid 1 is in as the starter observed it (``loopback`` or ``host``, S9)."""
+    """A READY sandbox: its id, the journal head, the launcher's proof of the drop (S5) and of its syscall
+    filter (S12: ``Seccomp`` mode, filter count, the loaded program's SHA-256), and the network its pid 1 is
+    in as the starter observed it (``loopback`` or ``host``, S9)."""
 
     sandbox: str
     head: str
@@ -127,6 +130,9 @@ class Ready:
     capabilities: int
     no_new_privs: bool
     dumpable: bool
+    seccomp: int
+    seccomp_filters: int
+    filter_digest: str
     proc_hidepid: bool
     network: str = LOOPBACK
 
@@ -151,6 +157,9 @@ class Ready:
             capabilities=_int(fields, "capabilities"),
             no_new_privs=fields.pop_bool("no_new_privs"),
             dumpable=fields.pop_bool("dumpable"),
+            seccomp=_int(fields, "seccomp", 2),
+            seccomp_filters=_int(fields, "seccomp_filters", MAX_FILTERS),
+            filter_digest=fields.pop_sha256("filter_digest"),
             proc_hidepid=fields.pop_bool("proc_hidepid"),
             network=check_network(fields.pop_str("network", max_bytes=16), f"{fields.path}.network"),
         )
@@ -238,6 +247,8 @@ class OpOutcome:
     op whose child failed before exec (it has a wait status but no limit class
     and no exit code). ``terminal_head`` is the journal head right after the
     op's PROCESS_TERMINAL, ``head`` the head after its DESCENDANTS_TERMINAL.
+    ``filter_digest`` is the syscall filter the op ran under, as its sandbox's
+    READY proved and the journal's SANDBOX_READY recorded (S12).
     """
 
     sandbox: str
@@ -248,6 +259,7 @@ class OpOutcome:
     observation: OpResult | OpNotStarted
     terminal_head: str
     head: str
+    filter_digest: str
 
     @property
     def started(self) -> bool:
@@ -265,7 +277,7 @@ class OpOutcome:
         return {
             "sandbox": self.sandbox, "op_id": self.op_id, "pid": self.pid, "starttime": self.starttime, "pgid": self.pgid,
             "observation": _observation_to_wire(self.observation),
-            "terminal_head": self.terminal_head, "head": self.head,
+            "terminal_head": self.terminal_head, "head": self.head, "filter_digest": self.filter_digest,
         }
 
     @classmethod
@@ -280,6 +292,7 @@ class OpOutcome:
             observation=_observation_from_wire(fields.pop_object("observation"), op_id),
             terminal_head=fields.pop_sha256("terminal_head"),
             head=fields.pop_sha256("head"),
+            filter_digest=fields.pop_sha256("filter_digest"),
         )
         fields.done()
         return value

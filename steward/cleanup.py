@@ -130,7 +130,8 @@ class Cleaner:
     def _process_inventory(self, reading: Reading) -> tuple[dict, str]:
         recorded = [(identity, self._presence(identity)) for identity in inventory.identities(reading.records)]
         document = inventory.process_document(
-            self.uid, self.gid, inventory.dedicated_processes(self.uid, self.gid), recorded, self.outer
+            self.uid, self.gid, inventory.dedicated_processes(self.uid, self.gid), recorded, self.outer,
+            inventory.dedicated_keys(self.uid),
         )
         return document, self._keep(document)
 

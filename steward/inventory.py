@@ -3,7 +3,8 @@
 - The **process inventory** lists every live process of the dedicated UID or
   GID (psutil), and every process identity the journal recorded with its C1
   state and whether it is still present, plus the C3 claim on each sandbox's
-  outer process group.
+  outer process group, and the keys the dedicated UID owns (S13,
+  /proc/key-users): anything beyond its two base keyrings outlived its case.
 - The **mount inventory** lists the ``/proc/self/mountinfo`` entries at or
   under the state root, and those at or under the stage.
 
@@ -21,7 +22,10 @@ from journal.reader import Record
 from journal.strictjson import decode_lossy
 from steward import procfs
 
-PROCESSES_VERSION = "casebox.processes.v1"
+PROCESSES_VERSION = "casebox.processes.v2"
+# The keyrings every UID that ran a sandbox owns for good: its user keyring and its user session keyring
+# (pid 1 makes sure both exist, launcher/kernel.py). The kernel keeps them while the user namespace lives.
+BASE_KEYRINGS = 2
 MOUNTS_VERSION = "casebox.mounts.v1"
 TERMINATED, STARTED, NEVER_STARTED, UNKNOWN = "TERMINATED", "STARTED", "NEVER_STARTED", "UNKNOWN"
 # The roles that run with privilege; C8 asks raw status 0 of each one started. ``descendant`` is an op,
@@ -93,8 +97,10 @@ def process_document(
     dedicated: list[dict],
     recorded: list[tuple[Identity, bool]],
     outer: list[tuple[str, int, bool]],
+    keys: int,
 ) -> dict:
-    """The process inventory (C4): ``dedicated`` processes, each recorded identity with its presence, outer claims."""
+    """The process inventory (C4): ``dedicated`` processes, each recorded identity with its presence, outer
+    claims, and the number of keys the dedicated UID owns (S13)."""
     sandboxes = sorted({sandbox for identity, _ in recorded if (sandbox := sandbox_of(identity.op_id))})
     return {
         "version": PROCESSES_VERSION,
@@ -122,6 +128,7 @@ def process_document(
             {"sandbox": sandbox, "pgid": pgid, "claim": "ABSENT" if absent else "UNPROVEN"}
             for sandbox, pgid, absent in sorted(outer)
         ],
+        "keys": {"owned": keys, "base_keyrings": BASE_KEYRINGS},
     }
 
 
@@ -129,6 +136,9 @@ def residue(document: dict) -> list[str]:
     """What a process inventory shows still alive, one phrase each; empty when nothing is."""
     found = [f"process {entry['pid']} of the dedicated ids" for entry in document["dedicated"]]
     found += [f"{entry['role']} {entry['op_id']} (pid {entry['pid']})" for entry in document["identities"] if entry["present"]]
+    extra = document["keys"]["owned"] - document["keys"]["base_keyrings"]
+    if extra > 0:
+        found.append(f"{extra} key(s) of the dedicated UID beyond its base keyrings")
     return found
 
 
@@ -183,6 +193,20 @@ def dedicated_processes(uid: int, gid: int) -> list[dict]:
                 "gids": list(gids or ()),
             })
     return found
+
+
+def owned_keys(key_users: str, uid: int) -> int:
+    """How many keys ``uid`` owns, from /proc/key-users text (``uid: usage nkeys/nikeys ...``); 0 when absent."""
+    for line in key_users.splitlines():
+        owner, _, rest = line.partition(":")
+        if owner.strip() == str(uid):
+            return int(rest.split()[1].split("/")[0])
+    return 0
+
+
+def dedicated_keys(uid: int) -> int:
+    with open("/proc/key-users") as file:
+        return owned_keys(file.read(), uid)
 
 
 def present_now(identity: Identity) -> bool:

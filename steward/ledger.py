@@ -6,7 +6,8 @@ nonce, pid 1's release, an op child's release), ``mount_intent`` before it
 ACKs a mount, and records each wait status from the process's own parent.
 The values are the journal's frozen vocabulary (docs/journal-format.md):
 roles ``launcher`` (stage 1), ``namespace`` (the sandbox's pid 1) and
-``descendant`` (an op); reapers ``steward`` (the starter reaps stage 1 and
+``descendant`` (an op), and ``sandbox_ready`` for a pid 1 whose READY (its
+syscall filter's digest, S12) the starter checked; reapers ``steward`` (the starter reaps stage 1 and
 pid 1) and ``launcher`` (pid 1 reaps ops); mount kinds ``tree`` (a cloned
 capability, and the old root's detach), ``tmpfs`` and ``proc``; op ids
 ``<sandbox>.<what>``. ``journal.writer.JournalWriter`` satisfies this
@@ -38,6 +39,8 @@ class IntentLedger(Protocol):
 
     def unmount_done(self, op_id: str, target: str, kind: str) -> object: ...
 
+    def sandbox_ready(self, op_id: str, filter_digest: str) -> object: ...
+
 
 @dataclasses.dataclass
 class RecordingLedger:
@@ -68,3 +71,6 @@ class RecordingLedger:
 
     def unmount_done(self, op_id: str, target: str, kind: str) -> None:
         self.records.append(("unmount_done", op_id, target, kind))
+
+    def sandbox_ready(self, op_id: str, filter_digest: str) -> None:
+        self.records.append(("sandbox_ready", op_id, filter_digest))

@@ -120,6 +120,9 @@ class SessionLedger:
     def unmount_done(self, op_id: str, target: str, kind: str) -> str:
         return self.writer.unmount_done(op_id, target, kind)
 
+    def sandbox_ready(self, op_id: str, filter_digest: str) -> str:
+        return self.writer.sandbox_ready(op_id, filter_digest)
+
     def helper_attempt(self, attempt: int, response_digest: str, outcome: str) -> str:
         return self.writer.helper_attempt(attempt, response_digest, outcome)
 
@@ -385,6 +388,9 @@ class Session:
             capabilities=ready["cap_inh"] | ready["cap_prm"] | ready["cap_eff"] | ready["cap_bnd"] | ready["cap_amb"],
             no_new_privs=ready["no_new_privs"],
             dumpable=ready["dumpable"],
+            seccomp=ready["seccomp"],
+            seccomp_filters=ready["seccomp_filters"],
+            filter_digest=ready["filter_digest"].hex(),
             proc_hidepid=ready["proc_hidepid"],
             network=ready["network"],
         )
@@ -420,6 +426,7 @@ class Session:
         return api.OpOutcome(
             sandbox=sandbox.id, op_id=observation.op_id, pid=pid, starttime=starttime, pgid=pgid, observation=observation,
             terminal_head=self.ledger.terminal_heads[observation.op_id], head=self.ledger.head,
+            filter_digest=sandbox.ready["filter_digest"].hex(),
         )
 
     def close_sandbox(self) -> str:

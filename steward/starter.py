@@ -380,6 +380,8 @@ class Sandbox:
                     raise ProtocolError(f"pid 1 has the {network} network, not the {self.spec.network} network asked for")
                 self.hidepid = message.fields["proc_hidepid"]
                 self.ready = dict(message.fields, network=network)
+                # The filter every op will run under is durable before any op can be sent (S12, J1).
+                self.ledger.sandbox_ready(self._op_id("init"), message.fields["filter_digest"].hex())
                 self.channel.ack(message)
                 self.channel.sock.settimeout(None)
                 return

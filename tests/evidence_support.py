@@ -21,6 +21,7 @@ from executor.plan import Plan
 from executor.receipts import (
     OP_REAPER,
     OP_ROLE,
+    SHIPPED_FILTER_DIGESTS,
     Binding,
     CaseOutput,
     NotStarted,
@@ -44,6 +45,7 @@ CANDIDATE = "sha256:" + "c" * 64
 DEPENDENCIES = "sha256:" + "d" * 64
 RUNTIME = "sha256:" + "e" * 64
 RUNNER = "sha256:" + "7" * 64
+SHIPPED_FILTER = min(SHIPPED_FILTER_DIGESTS)
 T0 = 1_767_225_600_000_000
 _pids = itertools.count(4100)
 
@@ -166,14 +168,20 @@ class Stage:
         journal_descendants: int | None = None,
         journal_role: str = OP_ROLE,
         journal_reaper: str = OP_REAPER,
+        journal_filter: str | None = SHIPPED_FILTER,
         sandbox: str | None = None,
     ) -> ProcessIdentity:
-        """Journal an op as the starter does; the ``journal_*`` options make the journal disagree with the receipt.
-        ``sandbox`` names the op as the starter does, ``<sandbox>.op-N``."""
+        """Journal an op as the starter does, in a sandbox of its own whose pid 1 proved the shipped syscall filter
+        (SANDBOX_READY); the ``journal_*`` options make the journal disagree with the receipt (``journal_filter``
+        None: no SANDBOX_READY at all). ``sandbox`` names it, so its op is ``<sandbox>.op-N``."""
         self.ops += 1
+        sandbox = sandbox or f"{self.stage_id}-{self.ops}"
         pid = next(_pids)
-        op_id = f"op-{self.ops}" if sandbox is None else f"{sandbox}.op-{self.ops}"
-        process = ProcessIdentity(op_id, pid, 90_000 + pid, pid)
+        self.writer.process_intent(f"{sandbox}.init", "namespace", pid, 90_000 + pid, pid)
+        if journal_filter is not None:
+            self.writer.sandbox_ready(f"{sandbox}.init", journal_filter)
+        pid = next(_pids)
+        process = ProcessIdentity(f"{sandbox}.op-{self.ops}", pid, 90_000 + pid, pid)
         self.writer.process_intent(process.op_id, journal_role, process.pid, process.starttime, process.pgid)
         self.writer.process_released(process.op_id)
         wait = run.wait_status if journal_wait is None else journal_wait
@@ -182,11 +190,14 @@ class Stage:
         self.writer.descendants_terminal(process.op_id, count)
         return process
 
-    def run(self, case_id: str, run: Run, **journal) -> str:
-        """Journal the case's op as the starter does, then publish its receipt; the receipt's file name."""
+    def run(self, case_id: str, run: Run, *, receipt_filter: str | None = SHIPPED_FILTER, **journal) -> str:
+        """Journal the case's op as the starter does, then publish its receipt (naming ``receipt_filter``); the
+        receipt's file name."""
         process = self.journal_op(run, **journal)
         output = run.output()
-        receipt = build_receipt(self.binding, case_id, process, run.outcome(), run.pytest, self.writer.head, output)
+        receipt = build_receipt(
+            self.binding, case_id, process, run.outcome(), run.pytest, self.writer.head, output, receipt_filter
+        )
         for name, data in ({} if output is None else output.files(self.binding.attempt_id, case_id)).items():
             publish_once(self.dir_fd, name, data)
         publish_once(self.dir_fd, receipt.name, receipt.canonical_bytes())

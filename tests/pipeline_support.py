@@ -18,9 +18,11 @@ from typing import Callable
 from executor.runtime import Installer, Runtime
 from steward.api import Opened, OpNotStarted, OpOutcome, OpResult, Ready, Sealed
 from steward.failure import SandboxFailure
-from test_receipts import BINDING
+from test_receipts import BINDING, SHIPPED_FILTER
 
 HEAD = "ab" * 32
+# The filter every fake sandbox ran under: the one this casebox ships (S12), so the evaluator accepts it.
+FILTER = SHIPPED_FILTER
 RUNTIME = Runtime(
     interpreter="/usr/bin/python3.11",
     version="3.11.2",
@@ -42,7 +44,7 @@ def outcome(op_id: str = "s.op-1", *, limit: str = "OK", wait_status: int = 0, s
     )
     return OpOutcome(
         sandbox="s", op_id=op_id, pid=4242, starttime=99, pgid=4242, observation=observation,
-        terminal_head=HEAD, head=HEAD,
+        terminal_head=HEAD, head=HEAD, filter_digest=FILTER,
     )
 
 
@@ -93,7 +95,11 @@ class FakeSession:
         if self.starts in self.failing_starts:
             raise SandboxFailure(f"start {self.starts} failed on purpose")
         self.open = (list(read), list(write), network, limits)
-        return Ready(f"s{self.starts}", HEAD, ("1",) * 4, ("1",) * 4, "", 1, 0, 0, True, True, network)
+        return Ready(
+            sandbox=f"s{self.starts}", head=HEAD, uids=("1",) * 4, gids=("1",) * 4, groups="", setuid0_errno=1,
+            securebits=0, capabilities=0, no_new_privs=True, dumpable=False, seccomp=2, seccomp_filters=1,
+            filter_digest=FILTER, proc_hidepid=True, network=network,
+        )
 
     def run(self, argv, **op) -> OpOutcome:
         assert self.open is not None

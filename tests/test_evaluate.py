@@ -13,6 +13,7 @@ from evidence_support import (
     BUNDLE,
     DESIGNED_RUNS,
     DESIGNED_STATUS,
+    SHIPPED_FILTER,
     Run,
     Stage,
     build_attempt,
@@ -424,6 +425,22 @@ def test_a_receipt_from_a_sandbox_that_had_the_host_network_is_unverified(tmp_pa
     """S9, E1: only the resolver and fetch of a network index get the host's network (a sandbox named
     <stage>-<n>-net in the journal); a case's receipt whose op ran in one is never a PASS."""
     assert judge_single_run(tmp_path, "python-module", Run(), sandbox=sandbox) == expected
+
+
+OTHER_FILTER = "ee" * 32
+
+
+@pytest.mark.parametrize("receipt_filter, journal_filter", [
+    (None, SHIPPED_FILTER),              # the receipt names no filter
+    (OTHER_FILTER, OTHER_FILTER),        # a filter this casebox does not ship, even if the journal agrees
+    (SHIPPED_FILTER, None),              # the sandbox's pid 1 never proved a filter (no SANDBOX_READY)
+    (SHIPPED_FILTER, OTHER_FILTER),      # the sandbox proved another filter than the receipt names
+])
+def test_a_receipt_without_the_shipped_filter_proved_by_its_sandbox_is_unverified(tmp_path, receipt_filter, journal_filter):
+    """S12, E1: the evaluator refuses a receipt with no filter digest, with one this casebox does not ship, or
+    with one its sandbox's SANDBOX_READY did not record: such an op cannot be shown to have run filtered."""
+    result = judge_single_run(tmp_path, "python-module", Run(), receipt_filter=receipt_filter, journal_filter=journal_filter)
+    assert result == (UNVERIFIED, "filter_mismatch")
 
 
 def test_a_process_identity_the_journal_never_recorded_is_unverified(tmp_path):

@@ -37,9 +37,27 @@ def test_inventories_are_canonical_so_their_digests_reproduce():
     shuffled = inventory.mount_document(b"\n".join(reversed(MOUNTINFO.split(b"\n"))), "/var/lib/casebox", "/var/lib/casebox/stages/s1")
     assert documents.encode(first) == documents.encode(shuffled)
     processes = inventory.process_document(7, 7, [{"pid": 9, "ppid": 1, "status": "zombie", "uids": [7, 7, 7], "gids": [7, 7, 7]},
-                                                  {"pid": 3, "ppid": 1, "status": "sleeping", "uids": [7, 7, 7], "gids": [7, 7, 7]}], [], [])
+                                                  {"pid": 3, "ppid": 1, "status": "sleeping", "uids": [7, 7, 7], "gids": [7, 7, 7]}], [], [], 2)
     assert [entry["pid"] for entry in processes["dedicated"]] == [3, 9]
     assert inventory.residue(processes) == ["process 3 of the dedicated ids", "process 9 of the dedicated ids"]
+
+
+KEY_USERS = """\
+    0:     9 8/8 3/1000000 48/25000000
+2000000011:     3 3/3 3/200 60/20000
+"""
+
+
+def test_a_key_beyond_the_base_keyrings_is_residue():
+    """S13: the dedicated UID's keys are read from /proc/key-users; its two base keyrings are expected, any
+    other key is left over from a case, so the proof fails (and cleanup is UNVERIFIED)."""
+    assert inventory.owned_keys(KEY_USERS, 2000000011) == 3
+    assert inventory.owned_keys(KEY_USERS, 0) == 8
+    assert inventory.owned_keys(KEY_USERS, 42) == 0
+    base = inventory.process_document(7, 7, [], [], [], inventory.BASE_KEYRINGS)
+    assert base["keys"] == {"owned": 2, "base_keyrings": 2} and inventory.residue(base) == []
+    assert inventory.residue(inventory.process_document(7, 7, [], [], [], 0)) == []
+    assert inventory.residue(inventory.process_document(7, 7, [], [], [], 3)) == ["1 key(s) of the dedicated UID beyond its base keyrings"]
 
 
 def _reading(chain: Chain):

@@ -79,7 +79,7 @@ def test_length_outside_one_to_4096_is_corrupt(length):
     assert reading.verdict is Verdict.CORRUPT and "length" in reading.reason
 
 
-@pytest.mark.parametrize("kind", [0, 14, 255, 0xFFFF])
+@pytest.mark.parametrize("kind", [0, 15, 255, 0xFFFF])
 def test_unknown_kind_is_corrupt(kind):
     """J3: an unknown record kind makes the journal CORRUPT."""
     chain = Chain()

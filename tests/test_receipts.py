@@ -14,6 +14,7 @@ import pytest
 from executor.junit import JunitCounts, PytestEvidence
 from executor.receipts import (
     OUTPUT_EDGE_BYTES,
+    SHIPPED_FILTER_DIGESTS,
     Binding,
     Bound,
     CaseOutput,
@@ -50,6 +51,7 @@ BINDING = Binding(
 )
 PROCESS = ProcessIdentity("op-3", 4242, 987654, 4242)
 HEAD = "a" * 64
+SHIPPED_FILTER = min(SHIPPED_FILTER_DIGESTS)
 
 
 def ran(limit="OK", wait_status=0, **fields) -> OpResult:
@@ -62,10 +64,11 @@ def ran(limit="OK", wait_status=0, **fields) -> OpResult:
 REPORT = b'<testsuites><testsuite><testcase name="a"/><testcase name="b"/><testcase name="c"><skipped/></testcase></testsuite></testsuites>'
 
 
-def built(case_id: str, observation, pytest=None, head: str = HEAD, binding: Binding = BINDING, junit: bytes | None = None) -> Receipt:
-    """A receipt as the case service builds it: an op that ran binds its published output."""
+def built(case_id: str, observation, pytest=None, head: str = HEAD, binding: Binding = BINDING, junit: bytes | None = None,
+          filter_digest: str | None = SHIPPED_FILTER) -> Receipt:
+    """A receipt as the case service builds it: an op that ran binds its published output and its filter."""
     output = CaseOutput.of(observation, junit) if isinstance(observation, OpResult) else None
-    return build_receipt(binding, case_id, PROCESS, outcome_from_launcher(observation), pytest, head, output)
+    return build_receipt(binding, case_id, PROCESS, outcome_from_launcher(observation), pytest, head, output, filter_digest)
 
 
 def pytest_receipt(**changes) -> Receipt:
@@ -189,6 +192,8 @@ REFUSALS = [
     ("published without an op that ran", _set(["observed"], None), "$.observed"),
     ("no published output for an op that ran", _set(["published"], None), "$.published"),
     ("published output over its cap", _set(["published", "stderr", "bytes"], 2 * OUTPUT_EDGE_BYTES + 1), "$.published.stderr.bytes"),
+    ("missing filter digest", _delete(["filter_digest"]), "$.filter_digest"),
+    ("filter digest format", _set(["filter_digest"], "A" * 64), "$.filter_digest"),
     ("plan digest format", _set(["plan_digest"], "1" * 64), "$.plan_digest"),
     ("bundle sha256 format", _set(["bundle_sha256"], "sha256:" + "3" * 64), "$.bundle_sha256"),
     ("uppercase head", _set(["journal_head"], "A" * 64), "$.journal_head"),
@@ -234,6 +239,25 @@ def test_only_the_one_canonical_encoding_is_a_receipt(data):
     """D2: a receipt has one encoding; any other spelling of the same value is refused."""
     with pytest.raises(Refused):
         receipt_from_bytes(data(valid_value()))
+
+
+def test_the_filter_digest_is_bound_exactly_when_the_case_had_a_process():
+    """S12: a receipt of an op names the syscall filter it ran under (the evaluator judges a null one); a case
+    that never had a process names none, and one that claims a filter anyway is refused."""
+    assert receipt_from_bytes(built("c", ran()).canonical_bytes()).filter_digest == SHIPPED_FILTER
+    assert receipt_from_bytes(built("c", ran(), filter_digest=None).canonical_bytes()).filter_digest is None
+    with pytest.raises(Refused, match=r"\$\.filter_digest: is null when the case had no process"):
+        build_receipt(BINDING, "c", None, never_started("install"), None, HEAD, None, SHIPPED_FILTER)
+    with pytest.raises(Refused, match=r"\$\.filter_digest: must be null or 64 lowercase hex digits"):
+        built("c", ran(), filter_digest=SHIPPED_FILTER.upper())
+
+
+def test_the_evaluators_shipped_filters_are_the_launchers():
+    """S12: the evaluator runs without launcher/, so it keeps its own copy of the shipped filter digests; this
+    test is what keeps the two one list."""
+    from launcher import seccomp
+
+    assert SHIPPED_FILTER_DIGESTS == frozenset(seccomp.SHIPPED_DIGESTS.values())
 
 
 def test_the_builder_refuses_what_the_parser_refuses():

@@ -99,11 +99,11 @@ def test_an_op_outcome_crosses_the_wire_as_the_same_value():
     ran = OpResult("OK", 0, 0, 3, 2, 1000, b"\x00\xffout", b"", False, True, op_id="s-1.op-1")
     failed = OpNotStarted("execve", 2, 127 << 8, 0, op_id="s-1.op-2")
     for observation in (ran, failed):
-        outcome = OpOutcome("s-1", observation.op_id, 42, 7, 42, observation, head, head)
+        outcome = OpOutcome("s-1", observation.op_id, 42, 7, 42, observation, head, head, "cd" * 32)
         wire = loads(canonical(outcome.to_wire()), max_bytes=1 << 20)
         assert OpOutcome.from_wire(ClosedObject(wire)) == outcome
     assert not hasattr(ran, "step") and hasattr(failed, "step"), "receipts tell the two apart by their fields"
-    assert OpOutcome("s-1", "s-1.op-2", 42, 7, 42, failed, head, head).exit_code is None
+    assert OpOutcome("s-1", "s-1.op-2", 42, 7, 42, failed, head, head, "cd" * 32).exit_code is None
 
 
 def test_descriptors_past_the_control_space_end_the_connection_and_none_leaks(pair, tmp_path):

@@ -1,0 +1,218 @@
+"""S12: the syscall filter: its serialized binding, its rules, its proof, and probes from inside real sandboxes.
+
+The probes call each denied system call by number (ctypes' ``syscall``) from
+an op, so no library wrapper stands between the call and the filter; each
+asserts the errno docs/launcher.md documents for it. Without the filter most
+of them succeed as the dedicated UID, which is what makes each one a test of
+the filter and not of the drop.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+
+import pytest
+
+from launcher import seccomp, syscalls
+from sandbox_support import contained, hostile, run, start, state_root  # noqa: F401
+from steward.starter import OpResult
+
+root = pytest.mark.root
+MACHINE = syscalls.MACHINE
+
+
+def test_serialized_ffi_matches_the_cdef(tmp_path):
+    """S12: the ABI blob in seccomp.py is exactly what cffi serializes from CDEF, so no pycparser runs."""
+    cffi = pytest.importorskip("cffi")
+    ffi = cffi.FFI()
+    ffi.cdef(seccomp.CDEF)
+    ffi.set_source("launcher.seccomp", None)
+    out = tmp_path / "abi.py"
+    ffi.emit_python_code(str(out))
+    text = out.read_text()
+    constructor = text[text.index("_cffi_backend.FFI(") + len("_cffi_backend.FFI(") : text.rindex(")")]
+    namespace: dict = {}
+    exec(f"args = (lambda *a, **k: (a, k))({constructor})", namespace)
+    positional, keywords = namespace["args"]
+    assert positional == ("launcher.seccomp",)
+    assert keywords == {
+        "_version": seccomp._FFI_VERSION, "_types": seccomp._FFI_TYPES, "_globals": seccomp._FFI_GLOBALS,
+        "_struct_unions": seccomp._FFI_STRUCT_UNIONS,
+    }
+
+
+@pytest.mark.parametrize("machine, token", [("x86_64", 0xC000003E), ("aarch64", 0xC00000B7)])
+def test_every_number_is_the_kernels(machine, token):
+    """S12: each filtered call's number, per machine, is the one libseccomp's own tables give for its name
+    (the calls newer than libseccomp 2.5 are numbered alike on both machines, and checked as such)."""
+    cffi = pytest.importorskip("cffi")
+    ffi = cffi.FFI()
+    ffi.cdef("int seccomp_syscall_resolve_name_arch(uint32_t arch_token, const char *name);")
+    library = ffi.dlopen(seccomp.LIBRARY)
+    known = 0
+    for name, number in seccomp.NUMBERS[machine].items():
+        resolved = library.seccomp_syscall_resolve_name_arch(token, name.encode())
+        if resolved >= 0:
+            assert resolved == number, name
+            known += 1
+        else:
+            assert name in ("statmount", "listmount", "open_tree_attr") and number in (457, 458, 467), name
+    assert known >= 60
+    named = {call for calls in seccomp.DENIED.values() for call in calls} | {call for call, _ in seccomp.ARGUMENT_RULES}
+    assert named - set(seccomp.NUMBERS[machine]) <= ({"iopl", "ioperm"} if machine == "aarch64" else set())
+
+
+def test_the_built_program_is_the_shipped_one():
+    """S12: libseccomp builds exactly the program whose digest this casebox ships; anything else is refused."""
+    data = seccomp.shipped_program()
+    assert seccomp.digest(data) == seccomp.SHIPPED_DIGESTS[MACHINE] and len(data) % 8 == 0
+
+
+def test_a_host_that_builds_other_bytes_gets_a_sentence_not_a_sandbox(monkeypatch):
+    """S11, S12: a filter other than the shipped one (another libseccomp, other rules) is refused by name."""
+    monkeypatch.setitem(seccomp.SHIPPED_DIGESTS, MACHINE, "0" * 64)
+    with pytest.raises(seccomp.FilterError, match=r"builds a syscall filter whose SHA-256 is [0-9a-f]{64}, not the shipped 0{64}"):
+        seccomp.shipped_program()
+    monkeypatch.delitem(seccomp.SHIPPED_DIGESTS, MACHINE)
+    with pytest.raises(seccomp.FilterError, match=f"ships no syscall filter digest for {MACHINE}"):
+        seccomp.shipped_program()
+
+
+def test_a_host_without_libseccomp_gets_a_sentence(monkeypatch):
+    """S11: no libseccomp, no sandbox, and the sentence says how to fix it."""
+    monkeypatch.setattr(seccomp, "LIBRARY", "libseccomp-absent.so.2")
+    monkeypatch.setattr(seccomp, "_LOADED", [])
+    with pytest.raises(seccomp.FilterError, match=r"cannot be loaded, and casebox never runs a sandbox without its syscall filter; install libseccomp2"):
+        seccomp.program()
+
+
+def _proof(**change) -> dict:
+    return {"seccomp": 2, "seccomp_filters": 3, "filter_digest": bytes.fromhex(seccomp.SHIPPED_DIGESTS[MACHINE]), **change}
+
+
+@pytest.mark.parametrize("change, complaint", [
+    ({"seccomp": 0}, "Seccomp is 0, not 2"),
+    ({"seccomp": 1}, "Seccomp is 1, not 2"),
+    ({"seccomp_filters": 2}, "Seccomp_filters is 2, not 3"),
+    ({"seccomp_filters": 4}, "Seccomp_filters is 4, not 3"),
+    ({"filter_digest": b"\x00" * 32}, "the loaded filter's SHA-256 is 0000"),
+    ({"filter_digest": b""}, "the loaded filter's SHA-256 is , not"),
+])
+def test_the_proof_needs_filter_mode_one_more_filter_and_the_shipped_digest(change, complaint):
+    """S12: the one rule the launcher and the starter apply to READY's filter proof."""
+    seccomp.check(_proof(), 2)
+    with pytest.raises(seccomp.FilterError, match=complaint):
+        seccomp.check(_proof(**change), 2)
+
+
+# -- probes from inside a sandbox ---------------------------------------------------
+
+PROBE = """
+import ctypes, errno, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+NR = json.loads(sys.argv[1])
+
+def call(name, *args):
+    result = libc.syscall(ctypes.c_long(NR[name]), *(ctypes.c_long(arg) for arg in args))
+    return 'ok' if result >= 0 else errno.errorcode[ctypes.get_errno()]
+
+seen = {}
+seen['keyctl'] = call('keyctl', 0, -4, 1)                       # KEYCTL_GET_KEYRING_ID of @u
+seen['add_key'] = call('add_key', 0, 0, 0, 0, -3)
+child = os.fork()
+if child == 0:
+    os.read(os.open('/dev/zero', os.O_RDONLY), 1) and __import__('time').sleep(30)
+    os._exit(0)
+seen['ptrace_sibling'] = call('ptrace', 0x4206, child, 0, 0)    # PTRACE_SEIZE
+seen['process_vm_readv'] = call('process_vm_readv', child, 0, 0, 0, 0, 0)
+os.kill(child, 9); os.waitpid(child, 0)
+params = ctypes.create_string_buffer(120)
+seen['io_uring_setup'] = call('io_uring_setup', 1, ctypes.addressof(params))
+seen['bpf'] = call('bpf', 0, 0, 0)
+seen['vsock'] = call('socket', 40, 1, 0)
+seen['uevent'] = call('socket', 16, 3, 15)                      # NETLINK_KOBJECT_UEVENT
+seen['netlink_route'] = call('socket', 16, 3, 0)
+seen['packet'] = call('socket', 17, 3, 0)
+seen['family_with_upper_bits'] = call('socket', (1 << 32) | 2, 1, 0)
+seen['unshare_user'] = call('unshare', 0x10000000)
+seen['clone_newuser'] = call('clone', 0x10000000 | 17, 0, 0, 0, 0)
+seen['clone3'] = call('clone3', 0, 0)
+seen['fsopen'] = call('fsopen', 0, 0)
+seen['setns'] = call('setns', 0, 0)
+seen['personality_linux32'] = call('personality', 8)
+seen['tiocsti_upper_bits'] = call('ioctl', 0, (1 << 32) | 0x5412, 0)
+limit = (ctypes.c_ulong * 2)(1, 1)
+seen['prlimit_pid_1'] = call('prlimit64', 1, 7, ctypes.addressof(limit), 0)
+seen['prlimit_self'] = call('prlimit64', 0, 7, 0, ctypes.addressof(limit))
+seen['setpriority_pid_1'] = call('setpriority', 0, 1, 10)
+seen['setpriority_user'] = call('setpriority', 2, 0, 10)
+seen['sched_setscheduler_pid_1'] = call('sched_setscheduler', 1, 0, ctypes.addressof(limit))
+seen['ioprio_set_pid_1'] = call('ioprio_set', 1, 1, 0)
+print(json.dumps(seen))
+"""
+
+DENIED_AS_DOCUMENTED = {
+    "keyctl": "EPERM", "add_key": "EPERM", "ptrace_sibling": "EPERM", "process_vm_readv": "EPERM",
+    "io_uring_setup": "EPERM", "bpf": "EPERM", "vsock": "EPERM", "uevent": "EPERM", "packet": "EPERM",
+    "family_with_upper_bits": "EPERM", "unshare_user": "EPERM", "clone_newuser": "EPERM", "clone3": "ENOSYS",
+    "fsopen": "EPERM", "setns": "EPERM", "personality_linux32": "EPERM", "tiocsti_upper_bits": "EPERM",
+    "prlimit_pid_1": "EPERM", "setpriority_pid_1": "EPERM", "setpriority_user": "EPERM",
+    "sched_setscheduler_pid_1": "EPERM", "ioprio_set_pid_1": "EPERM",
+    # allowed, and the probe's control: the calls still work where the rules let them
+    "netlink_route": "ok", "prlimit_self": "ok",
+}
+
+
+@root
+@pytest.mark.usefixtures("contained")
+def test_each_denied_call_gets_its_documented_errno_inside_a_sandbox(sandbox_ids, state_root):
+    """S12: from an op, every denied call of the probe fails with the errno docs/launcher.md gives it, the
+    allowed neighbours (a route netlink socket, a prlimit of itself) still work, and pid 1 keeps serving."""
+    import json
+
+    result, seen = hostile(sandbox_ids, state_root, PROBE, json.dumps(seccomp.NUMBERS[MACHINE]))
+    assert result.limit == "OK", result.stderr
+    assert seen == DENIED_AS_DOCUMENTED
+
+
+@root
+@pytest.mark.usefixtures("contained")
+@pytest.mark.skipif(MACHINE != "x86_64", reason="the i386 ABI and x32 exist on x86_64 only")
+def test_a_call_of_another_abi_kills_the_process(sandbox_ids, state_root, tmp_path):
+    """S12: the architecture is pinned: the i386 ABI through int 0x80 and an x32 call (the x32 bit set) each
+    kill the calling process with SIGSYS instead of reaching the kernel."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    source = tmp_path / "int80.c"
+    source.write_text('#include <stdio.h>\nint main(void) { long r; __asm__ volatile ("int $0x80" : "=a"(r) : "a"(20L) : "memory");'
+                      ' printf("%ld\\n", r); return 0; }\n')
+    subprocess.run(["gcc", "-O1", "-o", str(probe / "int80"), str(source)], check=True)
+    with start(sandbox_ids, state_root, capabilities=[("probe", str(probe))]) as sandbox:
+        i386 = sandbox.run(["/cap/probe/int80"], env={}, timeout_ms=10_000, stdout_cap=4096, stderr_cap=4096)
+        x32 = sandbox.run(["/usr/bin/python3", "-c", "import ctypes; print(ctypes.CDLL(None).syscall(0x40000000 | 39))"],
+                          env={}, timeout_ms=10_000, stdout_cap=4096, stderr_cap=4096)
+    for result in (i386, x32):
+        assert isinstance(result, OpResult)
+        assert (result.limit, result.signal, result.stdout) == ("SIGNALLED", signal.SIGSYS, b""), result
+
+
+@root
+@pytest.mark.usefixtures("contained")
+def test_a_hundred_threads_run_under_the_default_limits(sandbox_ids, state_root):
+    """S14: thread pools of real test suites run (more-itertools starts 100 threads): no address-space rlimit
+    and the default process cap leave room for them; glibc's clone3 falls back to clone on ENOSYS."""
+    result, seen = hostile(sandbox_ids, state_root, """
+        import json, threading
+        gate = threading.Barrier(101)
+        threads = [threading.Thread(target=gate.wait) for _ in range(100)]
+        for thread in threads:
+            thread.start()
+        gate.wait()
+        for thread in threads:
+            thread.join()
+        print(json.dumps(len(threads)))
+    """)
+    assert (result.limit, seen) == ("OK", 100), result.stderr
