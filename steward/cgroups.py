@@ -21,7 +21,10 @@ at ``pids.max``.
   applies, with ``ops`` under the memory one. Writing ``0`` to ``tasks``
   moves the writing thread alone, which the kernel does without the global
   lock a process move waits on (an RCU grace period, about 10 ms).
-  ``memory.kmem.tcp.limit_in_bytes`` makes v1 charge TCP buffers too.
+  ``memory.kmem.tcp.limit_in_bytes`` makes v1 charge TCP buffers too; a
+  socket at that cap is refused more buffer without a failure being counted
+  (recent kernels keep no failcnt for it), so its high-water mark, reset
+  before each op, says whether an op reached it.
 """
 
 from __future__ import annotations
@@ -220,6 +223,17 @@ class SandboxCgroup:
         name = "cgroup.procs" if self.hierarchy.version == 2 else "tasks"
         return os.open(os.path.join(self.ops, name), os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
 
+    def reset_peaks(self) -> None:
+        """Before an op: v1's TCP high-water mark back to the current usage (v2 counts every refused charge)."""
+        if self.hierarchy.version == 1 and os.path.exists(os.path.join(self.ops, "memory.kmem.tcp.max_usage_in_bytes")):
+            _write(os.path.join(self.ops, "memory.kmem.tcp.max_usage_in_bytes"), "0")
+
+    def _tcp_cap_reached(self) -> int:
+        peak = os.path.join(self.ops, "memory.kmem.tcp.max_usage_in_bytes")
+        if not os.path.exists(peak):
+            return 0
+        return int(_number(peak) >= _number(os.path.join(self.ops, "memory.kmem.tcp.limit_in_bytes")))
+
     def counters(self) -> Counters:
         if self.hierarchy.version == 2:
             events = os.path.join(self.ops, "memory.events")
@@ -232,7 +246,7 @@ class SandboxCgroup:
         sandbox = self.sandbox[0]
         return Counters(
             oom_kills=sum(_counter(os.path.join(directory, "memory.oom_control"), "oom_kill") for directory in (sandbox, self.ops)),
-            memory_failures=sum(
+            memory_failures=self._tcp_cap_reached() + sum(
                 _counter_if_present(os.path.join(self.ops, name))
                 for name in ("memory.failcnt", "memory.memsw.failcnt", "memory.kmem.tcp.failcnt")
             ),

@@ -457,6 +457,7 @@ class Sandbox:
     def _run(self, argv, env, cwd, timeout_ms, stdout_cap, stderr_cap) -> OpResult | OpNotStarted:
         self.ops += 1
         op_id = self._op_id(f"op-{self.ops}")
+        self.cgroup.reset_peaks()
         before = self.cgroup.counters()
         self.channel.sock.settimeout(BOOTSTRAP_SECONDS)
         self.channel.leaf(

@@ -1,0 +1,203 @@
+"""S14: the case cannot kill or stall pid 1, and the sandbox's own limits are never the candidate's failure.
+
+Each attack runs from inside a real sandbox and must end with its own class
+while pid 1 lives on (it answers the next op and exits 0 at SHUTDOWN). The
+traced zombie needs ptrace, which the filter denies every op (S12), so that
+one runs pid 1's op loop (launcher/ops.py) as pid 1 of a namespace of its
+own without the filter: it is the guard behind the guard.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+import threading
+import time
+
+import pytest
+
+from launcher import kernel, ops, protocol, syscalls
+from launcher.protocol import Channel
+from sandbox_support import PYTHON, contained, hostile, run, start, state_root  # noqa: F401
+from steward.api import Limits
+from steward.ledger import RecordingLedger
+from steward.starter import OpResult
+
+pytestmark = [pytest.mark.root]
+MIB = 1 << 20
+# The filler first makes itself as unattractive to the OOM killer as it may (-1000 where pid 1 could exempt
+# itself, since a child inherits its floor; else 0, pid 1's own score), so only the cgroup layout can spare pid 1.
+FILL_TMP = """
+for score in ('-1000', '0'):
+    try:
+        with open('/proc/self/oom_score_adj', 'w') as file:
+            file.write(score)
+        break
+    except PermissionError:
+        pass
+with open('/tmp/fill', 'wb') as file:
+    while True:
+        file.write(b'x' * 65536)
+"""
+
+
+def _init_status(ledger: RecordingLedger, sandbox_id: str) -> int:
+    (status,) = [record[2] for record in ledger.records if record[:2] == ("process_terminal", f"{sandbox_id}.init")]
+    return status
+
+
+@pytest.mark.usefixtures("contained")
+def test_a_tmpfs_fill_past_the_memory_cap_is_memory_and_pid_1_lives(sandbox_ids, state_root):
+    """S14: tmpfs pages are charged to no process, so the OOM killer must choose among the op's processes: the
+    op runs in the ops cgroup, which alone carries the cap, and pid 1 does not, so even an op that lowered its
+    own OOM score is the one killed. A /tmp larger than the memory cap, filled, is MEMORY (never exit 70),
+    pid 1 answers the next ops, and it exits 0 at SHUTDOWN."""
+    ledger = RecordingLedger()
+    with start(sandbox_ids, state_root, limits=Limits(memory_bytes=48 * MIB, tmp_bytes=256 * MIB), ledger=ledger) as sandbox:
+        filled = sandbox.run([PYTHON, "-c", FILL_TMP], env={}, timeout_ms=30_000, stdout_cap=4096, stderr_cap=4096)
+        # The pages stay charged: the next op may itself hit the cap, but pid 1 runs it and reports it.
+        after = [sandbox.run(["/usr/bin/true"], env={}, timeout_ms=10_000, stdout_cap=64, stderr_cap=64) for _ in range(2)]
+    assert isinstance(filled, OpResult) and (filled.limit, filled.signal) == ("MEMORY", 9), filled
+    assert all(isinstance(result, OpResult) and result.limit in ("OK", "MEMORY") for result in after), after
+    assert _init_status(ledger, sandbox.id) == 0
+
+
+@pytest.mark.usefixtures("contained")
+def test_a_real_allocation_bomb_is_memory(sandbox_ids, state_root):
+    """S14: memory is the cgroup's, never an address-space rlimit: a bomb that really touches its pages is
+    killed by the ops cgroup's OOM killer and named MEMORY."""
+    result = run(sandbox_ids, state_root, [PYTHON, "-c", "chunks = []\nwhile True:\n    chunks.append(bytearray(b'x') * (1 << 20))\n"],
+                 limits=Limits(memory_bytes=48 * MIB), timeout_ms=30_000)
+    assert isinstance(result, OpResult) and (result.limit, result.signal) == ("MEMORY", 9), result
+
+
+TCP_HOLD = """
+import json, socket, sys, time
+target = int(sys.argv[1]) << 20
+listener = socket.socket(); listener.bind(('127.0.0.1', 0)); listener.listen(256)
+held, connections = 0, []
+chunk = b'x' * 65536
+while held < target and len(connections) < 100:
+    client = socket.create_connection(listener.getsockname())
+    connections.append((client, listener.accept()[0]))   # the reader never reads: the bytes stay in the buffers
+    client.setblocking(False)
+    for _ in range(3):
+        try:
+            while held < target:
+                held += client.send(chunk)
+        except BlockingIOError:
+            time.sleep(0.002)
+print(json.dumps(held >> 20))
+sys.exit(0 if held >= target else 3)
+"""
+
+
+@pytest.mark.usefixtures("contained")
+def test_tcp_buffers_beyond_the_memory_cap_are_not_ok(sandbox_ids, state_root):
+    """S14: socket buffers are memory: with a 48 MiB cap an op cannot hold 192 MiB in loopback TCP buffers
+    (cgroup v1 charges them only with memory.kmem.tcp.limit_in_bytes set; v2's memory.max always does), and the
+    op that tried is not OK."""
+    result = run(sandbox_ids, state_root, [PYTHON, "-c", TCP_HOLD, "192"], limits=Limits(memory_bytes=48 * MIB), timeout_ms=30_000)
+    assert isinstance(result, OpResult) and result.limit != "OK", result
+    assert result.limit == "MEMORY", result
+
+
+@pytest.mark.usefixtures("contained")
+def test_an_op_is_the_oom_killers_first_choice_and_pid_1_its_last(sandbox_ids, state_root):
+    """S14: every op raises its own oom_score_adj to 1000 before it execs (no privilege needed); pid 1 sets its
+    own to -1000 where the host grants CAP_SYS_RESOURCE, and keeps its score where it does not."""
+    with start(sandbox_ids, state_root) as sandbox:
+        with open(f"/proc/{sandbox.init_pid}/oom_score_adj") as file:
+            pid_1 = int(file.read())
+        result = sandbox.run(["/usr/bin/cat", "/proc/self/oom_score_adj"], env={}, timeout_ms=10_000, stdout_cap=64, stderr_cap=64)
+    assert result.stdout == b"1000\n"
+    with open("/proc/self/status") as status:
+        bounding = int(next(line for line in status if line.startswith("CapBnd:")).split()[1], 16)
+    may_exempt = bool(bounding & (1 << 24))  # CAP_SYS_RESOURCE
+    assert pid_1 == (kernel.OOM_SCORE_ADJ_MIN if may_exempt else 0)
+
+
+@pytest.mark.usefixtures("contained")
+def test_prlimit_of_pid_1_is_eperm_and_pid_1_keeps_serving(sandbox_ids, state_root):
+    """S12, S14: an op of pid 1's own UID cannot set pid 1's limits (prlimit64(1, RLIMIT_NOFILE, {1, 1}) once
+    made pid 1 abort) nor its priority or I/O priority; pid 1 then runs the next op."""
+    with start(sandbox_ids, state_root) as sandbox:
+        result = sandbox.run([PYTHON, "-c", textwrap.dedent("""
+            import errno, json, os, resource
+            seen = {}
+            for name, call in (('prlimit', lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (1, 1))),
+                               ('setpriority', lambda: os.setpriority(os.PRIO_PROCESS, 1, 19)),
+                               ('sched_setscheduler', lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0)))):
+                try:
+                    call(); seen[name] = 'ok'
+                except OSError as error:
+                    seen[name] = errno.errorcode[error.errno]
+            print(json.dumps(seen))
+        """)], env={}, timeout_ms=10_000, stdout_cap=4096, stderr_cap=4096)
+        after = sandbox.run(["/usr/bin/true"], env={}, timeout_ms=10_000, stdout_cap=64, stderr_cap=64)
+    assert result.limit == "OK" and result.stdout == b'{"prlimit": "EPERM", "setpriority": "EPERM", "sched_setscheduler": "EPERM"}\n'
+    assert after.limit == "OK"
+
+
+# -- the deadline kills before it waits ----------------------------------------------
+
+TRACED_ZOMBIE = """
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+read_end, write_end = os.pipe()
+if os.fork() == 0:
+    if libc.ptrace(0x4206, os.getppid(), 0, 0) != 0:   # PTRACE_SEIZE the op's main process
+        os._exit(1)
+    os.write(write_end, b't')
+    time.sleep(15)                                     # a tracer that does not reap its zombie in time
+    os._exit(0)
+os.read(read_end, 1)
+sys.exit(0)                                            # the main process ends as a zombie only the tracer may reap
+"""
+
+
+def _pid_one_runs(fields: dict, channel_fd: int) -> None:
+    """In a forked child: become pid 1 of new pid and mount namespaces with a /proc of its own, then run one op."""
+    syscalls.unshare(syscalls.CLONE_NEWPID | syscalls.CLONE_NEWNS)
+    init = os.fork()
+    if init:
+        os._exit(os.waitstatus_to_exitcode(os.waitpid(init, 0)[1]))
+    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
+    syscalls.mount("proc", "/proc", "proc", syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC)
+    _, joined = os.pipe()  # stands in for the ops cgroup's process file: the child writes "0" into it
+    ops.run(Channel(socket.socket(fileno=channel_fd), protocol.LAUNCHER), fields, joined)
+    os._exit(0)
+
+
+def test_a_traced_zombie_returns_within_the_timeout_as_timeout():
+    """S14: the op's main process exits while a tracer it forked holds its zombie, which only the tracer may
+    reap: pid 1 never waits on it past the deadline, but kills every other process first (the tracer with
+    them) and then reaps it; the op is TIMEOUT within timeout + 1 s."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for new pid and mount namespaces")
+    starter_end, launcher_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fields = {"argv": [PYTHON, "-c", TRACED_ZOMBIE], "env": [("PATH", "/usr/bin")], "cwd": "/", "timeout_ms": 1000,
+              "stdout_cap": 4096, "stderr_cap": 4096}
+    child = os.fork()
+    if child == 0:
+        try:
+            starter_end.close()
+            _pid_one_runs(fields, launcher_end.detach())
+        finally:
+            os._exit(70)
+    launcher_end.close()
+    starter = Channel(starter_end, protocol.STARTER)
+    starter_end.settimeout(10)
+    try:
+        starter.ack(starter.receive("OP_CHILD"))
+        released = time.monotonic()
+        result = starter.receive("OP_RESULT")
+        elapsed = time.monotonic() - released
+        starter.ack(result)
+    finally:
+        starter_end.close()  # a pid 1 still waiting for an ACK reads end of file and ends
+        status = os.waitpid(child, 0)[1]
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (result.fields["limit"], result.fields["wait_status"]) == ("TIMEOUT", 0)
+    assert elapsed < 2.0, f"pid 1 waited {elapsed:.1f} s on a zombie only its tracer could reap"
