@@ -182,6 +182,48 @@ def check_cgroups() -> Check:
     )
 
 
+def check_memory_controller() -> Check:
+    """S14: memory is the cgroup's, so a host without the memory and pids controllers gets no sandbox."""
+    hierarchy = cgroups.detect()
+    if hierarchy is None:
+        return Check(
+            "cgroup_controllers", True, False,
+            "no cgroup memory and pids controllers: casebox caps an op's memory and processes only there; enable them "
+            "(cgroup v2 with memory and pids, or the v1 memory and pids hierarchies)",
+        )
+    return Check("cgroup_controllers", True, True, f"{hierarchy.describe()} caps each sandbox's ops in a cgroup of their own")
+
+
+def check_seccomp() -> Check:
+    """S12: libseccomp builds the shipped filter here, and the kernel reports filters."""
+    from launcher import seccomp
+
+    try:
+        data = seccomp.shipped_program()
+    except seccomp.FilterError as error:
+        return Check("seccomp_filter", True, False, str(error))
+    with open("/proc/self/status") as status:
+        if not any(line.startswith("Seccomp_filters:") for line in status):
+            return Check("seccomp_filter", True, False, "the kernel reports no Seccomp_filters, so READY cannot prove the filter; casebox needs Linux 5.9 or later")
+    return Check(
+        "seccomp_filter", True, True,
+        f"libseccomp {seccomp.library_version()} builds the shipped syscall filter ({len(data) // 8} instructions, sha256 {seccomp.digest(data)})",
+    )
+
+
+def check_oom_exemption() -> Check:
+    """S14: pid 1 exempts itself from the OOM killer where the host grants CAP_SYS_RESOURCE (not required)."""
+    with open("/proc/self/status") as status:
+        bounding = int(next(line for line in status if line.startswith("CapBnd:")).split()[1], 16)
+    if bounding & (1 << 24):
+        return Check("oom_exemption", False, True, "pid 1 of each sandbox sets its oom_score_adj to -1000")
+    return Check(
+        "oom_exemption", False, False,
+        "this host withholds CAP_SYS_RESOURCE, so pid 1 keeps its OOM score; the ops cgroup still keeps the memory "
+        "cap's OOM killer off pid 1, and every op is the OOM killer's first choice (oom_score_adj 1000)",
+    )
+
+
 def check_prctl() -> Check:
     try:
         import prctl
@@ -223,6 +265,9 @@ def run_checks(state_root: str, uid: int, gid: int) -> list[Check]:
         check_namespaces(),
         check_dedicated(uid, gid),
         check_cgroups(),
+        check_memory_controller(),
+        check_seccomp(),
+        check_oom_exemption(),
         check_prctl(),
         check_runtime(),
         check_launcher_source(),

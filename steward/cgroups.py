@@ -259,6 +259,14 @@ class SandboxCgroup:
             remove_directory(directory)
 
 
+def remove_sandbox_directory(directory: str) -> None:
+    """rmdir a sandbox's cgroup a killed starter left (recovery): its ``ops`` and ``init`` children first."""
+    for child in (OPS, INIT):
+        if os.path.isdir(os.path.join(directory, child)):
+            remove_directory(os.path.join(directory, child))
+    remove_directory(directory)
+
+
 def remove_directory(directory: str) -> None:
     """rmdir one empty cgroup, retrying while the kernel still counts a task that was just reaped."""
     for attempt in range(_REMOVE_ATTEMPTS):

@@ -93,7 +93,7 @@ def remove_sandbox_residue(root: StateRoot, stage_id: str) -> list[str]:
             if name.startswith(f"casebox-{stage_id}-"):
                 path = os.path.join(directory, name)
                 try:
-                    os.rmdir(path)
+                    cgroups.remove_sandbox_directory(path)
                     removed.append(path)
                 except OSError:
                     pass

@@ -13,7 +13,8 @@ from executor.cli import main
 
 CHECKS = [
     "root", "open_tree", "mount_setattr", "pidfd_open", "memfd_seals", "renameat2", "namespaces", "dedicated_ids",
-    "cgroup_v2", "python_prctl", "launcher_runtime", "launcher_source",
+    "cgroup_v2", "cgroup_controllers", "seccomp_filter", "oom_exemption", "python_prctl", "launcher_runtime",
+    "launcher_source",
 ]
 
 
@@ -38,7 +39,7 @@ def test_this_host_passes_every_required_check(capsys, sandbox_ids, tmp_path):
     assert report["schema"] == "casebox.doctor.v1"
     assert [check["check"] for check in report["checks"]] == CHECKS
     required = {check["check"]: check for check in report["checks"] if check["required"]}
-    assert set(required) == set(CHECKS) - {"cgroup_v2", "launcher_source"}
+    assert set(required) == set(CHECKS) - {"cgroup_v2", "oom_exemption", "launcher_source"}
     assert all(check["status"] == "PASS" for check in required.values()), required
     assert report["configuration"]["sandbox_uid"] == sandbox_ids[0]
     assert report["configuration"]["state_root"] == f"{tmp_path}/state"
@@ -100,6 +101,20 @@ def test_launcher_sources_writable_by_others_are_reported(tmp_path, monkeypatch)
 def test_cgroup_v2_is_reported_but_not_required():
     check = doctor.check_cgroups()
     assert check.required is False and check.detail
+
+
+def test_the_memory_controllers_and_the_shipped_filter_are_required(monkeypatch):
+    """S12, S14: no memory cap or no shipped filter means no sandbox, and doctor says so with the fix."""
+    from launcher import seccomp
+    from steward import cgroups
+
+    assert doctor.check_seccomp().required and doctor.check_memory_controller().required
+    monkeypatch.setattr(cgroups, "detect", lambda: None)
+    check = doctor.check_memory_controller()
+    assert (check.status, check.required) == ("FAIL", True) and "enable them" in check.detail
+    monkeypatch.setitem(seccomp.SHIPPED_DIGESTS, seccomp.syscalls.MACHINE, "0" * 64)
+    check = doctor.check_seccomp()
+    assert (check.status, check.required) == ("FAIL", True) and "not the shipped" in check.detail
 
 
 @pytest.mark.root
