@@ -142,11 +142,11 @@ def every_kind() -> Journal:
     first_head = journal.heads[0]
     return (
         journal.add("DESCENDANTS_TERMINAL", op_id="proc-1", count=3)
+        .add("UNMOUNT_INTENT", op_id="umnt-1", target="/sandbox/tmp", kind="tmpfs")
+        .add("UNMOUNT_DONE", op_id="umnt-1", target="/sandbox/tmp", kind="tmpfs")
         .add("PROCESS_INTENT", op_id="sbx-1.init", role="namespace", pid=4243, starttime=987655, pgid=4242)
         .add("SANDBOX_READY", op_id="sbx-1.init", filter_digest="44" * 32)
         .add("PROCESS_TERMINAL", op_id="sbx-1.init", wait_status=0, reaper="steward")
-        .add("UNMOUNT_INTENT", op_id="umnt-1", target="/sandbox/tmp", kind="tmpfs")
-        .add("UNMOUNT_DONE", op_id="umnt-1", target="/sandbox/tmp", kind="tmpfs")
         .add("HELPER_ATTEMPT", attempt=1, response_digest="ab" * 32, outcome="MISSING")
         .add("HELPER_ATTEMPT", attempt=2, response_digest="cd" * 32, outcome="CLEANED")
         .add(

@@ -159,6 +159,7 @@ class Sandbox:
         self.channel: Channel | None = None
         self.cgroup: cgroups.SandboxCgroup | None = None
         self.op_cgroup_fd = -1
+        self.op_counters: cgroups.Counters | None = None
         self.staging_fd = -1
         self.launcher_name = f"launcher-{self.id}.pyc"
         self.socket_name = f"rendezvous-{self.id}.sock"
@@ -451,14 +452,22 @@ class Sandbox:
         try:
             return self._run(argv, env, cwd, timeout_ms, stdout_cap, stderr_cap)
         except ProtocolError as error:
+            limit = self._lost_op_class()
             self._teardown()
-            raise SandboxFailure(self._explain(error)) from None
+            raise SandboxFailure(self._explain(error), limit) from None
+
+    def _lost_op_class(self) -> str | None:
+        """S14: pid 1 died under an op while the sandbox's cgroups counted an OOM kill: the op's class is MEMORY,
+        whatever else failed. The op's own wait status died with pid 1, so none is claimed."""
+        if self.cgroup is None or self.op_counters is None:
+            return None
+        return "MEMORY" if self.cgroup.counters().oom_kills > self.op_counters.oom_kills else None
 
     def _run(self, argv, env, cwd, timeout_ms, stdout_cap, stderr_cap) -> OpResult | OpNotStarted:
         self.ops += 1
         op_id = self._op_id(f"op-{self.ops}")
         self.cgroup.reset_peaks()
-        before = self.cgroup.counters()
+        before = self.op_counters = self.cgroup.counters()
         self.channel.sock.settimeout(BOOTSTRAP_SECONDS)
         self.channel.leaf(
             "OP",
@@ -484,6 +493,7 @@ class Sandbox:
         self.ledger.process_terminal(op_id, fields["wait_status"], "launcher")
         self.ledger.descendants_terminal(op_id, fields["descendants_reaped"])
         after = self.cgroup.counters()
+        self.op_counters = None
         self.channel.ack(message)
         self.channel.sock.settimeout(None)
         if message.name == "OP_NOT_STARTED":

@@ -299,7 +299,7 @@ def lane_facts(reading) -> dict:
     lanes += [(sandbox.name, lane) for sandbox in line.sandboxes for lane in sandbox.processes + sandbox.mounts]
     for sandbox, lane in lanes:
         if isinstance(lane, Process):
-            facts[lane.op_id] = (sandbox, "process", lane.released_at is not None, lane.wait_status, lane.descendants)
+            facts[lane.op_id] = (sandbox, "process", lane.released_at is not None, lane.wait_status, lane.descendants, lane.filter_digest)
         else:
             if lane.op_id is not None:
                 facts[lane.op_id] = (sandbox, "mount", lane.done_at is not None, lane.target, lane.kind)
@@ -317,8 +317,9 @@ def record_facts(reading) -> dict:
     for op, fields in by_kind.get(Kind.PROCESS_INTENT, {}).items():
         terminal = by_kind.get(Kind.PROCESS_TERMINAL, {}).get(op)
         descendants = by_kind.get(Kind.DESCENDANTS_TERMINAL, {}).get(op)
+        ready = by_kind.get(Kind.SANDBOX_READY, {}).get(op)
         facts[op] = (sandbox_of(op), "process", op in by_kind.get(Kind.PROCESS_RELEASED, {}),
-                     terminal and terminal["wait_status"], descendants and descendants["count"])
+                     terminal and terminal["wait_status"], descendants and descendants["count"], ready and ready["filter_digest"])
     for intent, done, word in ((Kind.MOUNT_INTENT, Kind.MOUNT_DONE, "mount"), (Kind.UNMOUNT_INTENT, Kind.UNMOUNT_DONE, "unmount")):
         for op, fields in by_kind.get(intent, {}).items():
             facts[op] = (sandbox_of(op), word, op in by_kind.get(done, {}), fields["target"], fields["kind"])
@@ -333,14 +334,17 @@ def test_every_golden_vector_folds_into_lanes_that_hold_exactly_its_records(vect
     intents = [record for record in reading.records if record.kind in (Kind.PROCESS_INTENT, Kind.MOUNT_INTENT, Kind.UNMOUNT_INTENT)]
     assert lane_facts(reading) == record_facts(reading) and len(lane_facts(reading)) == len(intents)
     assert [(event.kind, event.at) for event in line.events] == [
-        (record.kind, record.fields["at"]) for record in reading.records if record.kind >= Kind.HELPER_ATTEMPT
+        (record.kind, record.fields["at"]) for record in reading.records
+        if record.kind >= Kind.HELPER_ATTEMPT and record.kind is not Kind.SANDBOX_READY  # READY is its pid 1's
     ]
 
 
 def test_the_golden_lifecycle_has_one_host_process_and_one_host_mount_with_its_unmount():
-    """J4: ops without a sandbox prefix are the steward's own: host lanes, each mount paired with its unmount."""
+    """J4: ops without a sandbox prefix are the steward's own: host lanes, each mount paired with its unmount;
+    the one sandbox's pid 1 carries its READY's filter digest (S12)."""
     line = timeline(read_journal(golden("every_kind.bin")))
-    assert line.sandboxes == []
+    (sandbox,) = line.sandboxes
+    assert sandbox.name == "sbx-1" and sandbox.pid1.filter_digest == "44" * 32
     (process,) = line.host_processes
     (mount,) = line.host_mounts
     assert (process.op_id, process.wait_status, process.descendants) == ("proc-1", 0, 3)

@@ -9,6 +9,7 @@ own without the filter: it is the guard behind the guard.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import textwrap
@@ -201,3 +202,79 @@ def test_a_traced_zombie_returns_within_the_timeout_as_timeout():
     assert os.waitstatus_to_exitcode(status) == 0
     assert (result.fields["limit"], result.fields["wait_status"]) == ("TIMEOUT", 0)
     assert elapsed < 2.0, f"pid 1 waited {elapsed:.1f} s on a zombie only its tracer could reap"
+
+
+# -- cgroup v2 (the CI platform; this development host is v1) ------------------------
+
+def _cgroup_v2() -> bool:
+    from steward import cgroups
+
+    hierarchy = cgroups.detect()
+    return hierarchy is not None and hierarchy.version == 2
+
+
+@pytest.mark.usefixtures("contained")
+@pytest.mark.cgroup2
+@pytest.mark.skipif(not _cgroup_v2(), reason="needs cgroup v2 with memory and pids; this host is v1")
+def test_on_cgroup_v2_pid_1_sits_in_init_and_every_op_in_ops(sandbox_ids, state_root):
+    """S14 on v2: the sandbox's cgroup holds no process (its children have controllers); pid 1 is in its leaf
+    init, each op joins its leaf ops, which alone carries memory.max (and swap 0), and pids.max is the sandbox's."""
+    with start(sandbox_ids, state_root, limits=Limits(memory_bytes=48 * MIB, processes=30)) as sandbox:
+        group = sandbox.cgroup
+        with open(f"/proc/{sandbox.init_pid}/cgroup") as file:
+            pid_1 = file.read().strip()
+        result = sandbox.run(["/usr/bin/cat", "/proc/self/cgroup"], env={}, timeout_ms=10_000, stdout_cap=4096, stderr_cap=4096)
+        top = os.path.dirname(group.ops)
+        with open(os.path.join(top, "cgroup.procs")) as file:
+            in_top = file.read()
+        with open(os.path.join(top, "cgroup.subtree_control")) as file:
+            controllers = set(file.read().split())
+        with open(os.path.join(group.ops, "memory.max")) as file:
+            cap = int(file.read())
+        with open(os.path.join(top, "pids.max")) as file:
+            pids = int(file.read())
+    assert pid_1.endswith("/init") and in_top == ""
+    assert result.stdout.decode().strip().endswith("/ops"), result.stdout
+    assert {"memory", "pids"} <= controllers and cap == 48 * MIB and pids == 31
+
+
+@pytest.mark.usefixtures("contained")
+@pytest.mark.cgroup2
+@pytest.mark.skipif(not _cgroup_v2(), reason="needs cgroup v2 with memory and pids; this host is v1")
+def test_on_cgroup_v2_a_tmpfs_fill_counts_an_oom_kill_in_memory_events(sandbox_ids, state_root):
+    """S14 on v2: the fill's OOM kill is counted in memory.events (oom_kill) and names MEMORY; pid 1 lives."""
+    ledger = RecordingLedger()
+    with start(sandbox_ids, state_root, limits=Limits(memory_bytes=48 * MIB, tmp_bytes=256 * MIB), ledger=ledger) as sandbox:
+        before = sandbox.cgroup.counters()
+        filled = sandbox.run([PYTHON, "-c", FILL_TMP], env={}, timeout_ms=30_000, stdout_cap=4096, stderr_cap=4096)
+        after = sandbox.cgroup.counters()
+    assert filled.limit == "MEMORY" and after.oom_kills > before.oom_kills
+    assert _init_status(ledger, sandbox.id) == 0
+
+
+@pytest.mark.usefixtures("contained")
+@pytest.mark.parametrize("oom_killed", [True, False])
+def test_a_pid_1_that_dies_anyway_under_an_oom_kill_is_memory_never_an_internal_failure(sandbox_ids, state_root, oom_killed, monkeypatch):
+    """S14: should pid 1 die under an op (here the host kills it) while the sandbox's cgroups counted an OOM
+    kill, the failure carries the class MEMORY (casebox sandbox run prints it and exits 0); without such a
+    count it stays an internal failure, with no class and no wait status made up."""
+    from steward.failure import SandboxFailure
+
+    with start(sandbox_ids, state_root) as sandbox:
+        real = sandbox.cgroup.counters
+        calls = []
+
+        def counted():
+            calls.append(1)
+            found = real()
+            return dataclasses.replace(found, oom_kills=found.oom_kills + len(calls) - 1) if oom_killed else found
+
+        monkeypatch.setattr(sandbox.cgroup, "counters", counted)
+        killer = threading.Timer(0.5, os.kill, (sandbox.init_pid, 9))
+        killer.start()
+        try:
+            with pytest.raises(SandboxFailure) as caught:
+                sandbox.run(["/usr/bin/sleep", "10"], env={}, timeout_ms=20_000, stdout_cap=64, stderr_cap=64)
+        finally:
+            killer.cancel()
+    assert caught.value.limit == ("MEMORY" if oom_killed else None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import os
 import re
@@ -97,6 +98,24 @@ def _spec(args: argparse.Namespace, config: configuration.Config, capabilities: 
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class LostOp:
+    """An op whose pid 1 died under a limit the kernel counted (S14): its class, and no status nobody read."""
+
+    limit: str
+    wait_status: None = None
+    exit_code: None = None
+    signal: None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    descendants_reaped: None = None
+    wall_ms: None = None
+    cpu_ms: None = None
+    max_rss_kib: None = None
+
+
 def report(result, uid: int, gid: int) -> dict:
     return {
         "class": result.limit,
@@ -136,7 +155,9 @@ def _run(args: argparse.Namespace) -> int:
                     args.argv, env=env, cwd="/work", timeout_ms=args.timeout_ms, stdout_cap=cap, stderr_cap=cap
                 )
         except SandboxFailure as failure:
-            raise InternalFailure(f"the sandbox failed: {failure}.") from None
+            if failure.limit is None:
+                raise InternalFailure(f"the sandbox failed: {failure}.") from None
+            result = LostOp(failure.limit)
     finally:
         for _, fd in capabilities:
             os.close(fd)
@@ -166,7 +187,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the dedicated UID/GID, run ARGV once with cwd /work and no shell, tear everything down, and print one "
         "JSON object: class, wait_status, exit_code, signal, uid, gid, stdout, stderr, stdout_truncated, "
         "stderr_truncated, descendants_reaped, wall_ms, cpu_ms, max_rss_kib. Exit 0 if the op ran (whatever "
-        "its status), 64 for refused input (including an ARGV[0] that cannot be started), 70 if the sandbox failed.",
+        "its status; an op whose pid 1 died while its cgroup counted an OOM kill is class MEMORY with null "
+        "status fields), 64 for refused input (including an ARGV[0] that cannot be started), 70 if the sandbox failed.",
     )
     run.add_argument("--uid", type=_bounded(1, configuration.MAX_ID), help="dedicated sandbox uid (default: configuration)")
     run.add_argument("--gid", type=_bounded(1, configuration.MAX_ID), help="dedicated sandbox gid (default: configuration)")
