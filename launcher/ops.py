@@ -2,14 +2,14 @@
 
 The only kind for now is ``exec`` of a materialized argv. The child first
 joins the ops cgroup (S14: the memory cap and its OOM killer are there, pid 1
-is not) and makes itself the OOM killer's first choice, then waits blocked: pid 1 reports
-it (OP_CHILD) and writes the release byte only after the starter's ACK, which
-comes once the child's identity is durable (J1). The child then gets
-/dev/null as stdin, two capture pipes as stdout and stderr, the op's
-environment and nothing else (close_range marks every other descriptor
-close-on-exec), its cwd and a CPU rlimit, and execs with no shell. A step
-that fails before exec is reported on a close-on-exec pipe; such an op never
-started and gets no exit code.
+is not) and makes itself the OOM killer's first choice, then waits blocked:
+pid 1 reports it (OP_CHILD) and writes the release byte only after the
+starter's ACK, which comes once the child's identity is durable (J1). The
+child then gets /dev/null as stdin, two capture pipes as stdout and stderr,
+the op's environment and nothing else (close_range marks every other
+descriptor close-on-exec), its cwd and a CPU rlimit, and execs with no shell.
+A step that fails before exec is reported on a close-on-exec pipe; such an
+op never started and gets no exit code.
 
 pid 1 waits on a pidfd, the two pipes and the report pipe, under the op's
 deadline. When the op's process ends it is reaped at once if it can be; a
