@@ -20,7 +20,7 @@ import pytest
 
 from launcher import kernel, ops, protocol, syscalls
 from launcher.protocol import Channel
-from sandbox_support import PYTHON, contained, hostile, run, start, state_root  # noqa: F401
+from sandbox_support import PYTHON, contained, run, start, state_root  # noqa: F401
 from steward.api import Limits
 from steward.ledger import RecordingLedger
 from steward.starter import OpResult

@@ -9,15 +9,14 @@ the filter and not of the drop.
 
 from __future__ import annotations
 
-import errno
-import os
 import signal
 import subprocess
 
 import pytest
 
+from ffi_support import serialized
 from launcher import seccomp, syscalls
-from sandbox_support import contained, hostile, run, start, state_root  # noqa: F401
+from sandbox_support import contained, hostile, start, state_root  # noqa: F401
 from steward.starter import OpResult
 
 root = pytest.mark.root
@@ -26,17 +25,7 @@ MACHINE = syscalls.MACHINE
 
 def test_serialized_ffi_matches_the_cdef(tmp_path):
     """S12: the ABI blob in seccomp.py is exactly what cffi serializes from CDEF, so no pycparser runs."""
-    cffi = pytest.importorskip("cffi")
-    ffi = cffi.FFI()
-    ffi.cdef(seccomp.CDEF)
-    ffi.set_source("launcher.seccomp", None)
-    out = tmp_path / "abi.py"
-    ffi.emit_python_code(str(out))
-    text = out.read_text()
-    constructor = text[text.index("_cffi_backend.FFI(") + len("_cffi_backend.FFI(") : text.rindex(")")]
-    namespace: dict = {}
-    exec(f"args = (lambda *a, **k: (a, k))({constructor})", namespace)
-    positional, keywords = namespace["args"]
+    positional, keywords = serialized(seccomp.CDEF, "launcher.seccomp", tmp_path)
     assert positional == ("launcher.seccomp",)
     assert keywords == {
         "_version": seccomp._FFI_VERSION, "_types": seccomp._FFI_TYPES, "_globals": seccomp._FFI_GLOBALS,

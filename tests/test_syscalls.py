@@ -16,6 +16,7 @@ import traceback
 
 import pytest
 
+from ffi_support import serialized
 from launcher import syscalls as sc
 
 root = pytest.mark.root
@@ -58,17 +59,7 @@ def host_mounts_unchanged():
 
 def test_serialized_ffi_matches_the_cdef(tmp_path):
     """The ABI blob in syscalls.py is exactly what cffi serializes from CDEF."""
-    cffi = pytest.importorskip("cffi")
-    ffi = cffi.FFI()
-    ffi.cdef(sc.CDEF)
-    ffi.set_source("launcher.syscalls", None)
-    out = tmp_path / "abi.py"
-    ffi.emit_python_code(str(out))
-    namespace: dict = {}
-    text = out.read_text()
-    constructor = text[text.index("_cffi_backend.FFI(") + len("_cffi_backend.FFI(") : text.rindex(")")]
-    exec(f"args = (lambda *a, **k: (a, k))({constructor})", namespace)
-    positional, keywords = namespace["args"]
+    positional, keywords = serialized(sc.CDEF, "launcher.syscalls", tmp_path)
     assert positional == ("launcher.syscalls",)
     assert keywords["_types"] == sc._FFI_TYPES
     assert keywords["_globals"] == sc._FFI_GLOBALS
