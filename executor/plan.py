@@ -74,7 +74,7 @@ class Limits(collections.namedtuple("Limits", "timeout_ms memory_mb pids tmp_mb 
 LIMIT_BOUNDS = {
     "timeout_ms": (1, MAX_TIMEOUT_MS, 60_000),
     "memory_mb": (16, 16_384, 512),
-    "pids": (1, 4_096, 64),
+    "pids": (1, 4_096, 512),
     "tmp_mb": (1, 16_384, 64),
     "output_kib": (1, 256, 256),
 }
