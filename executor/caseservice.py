@@ -267,7 +267,7 @@ class CaseService:
         self.progress("extracting the candidate in a sandbox")
         self.session.create_output(CANDIDATE, max_bytes=TOTAL_MAX_BYTES + MIB, max_inodes=16)
         argv = [
-            self.runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "extract", f"/cap/bundle/{BUNDLE_NAME}", f"/out/{CANDIDATE}",
+            self.runtime.tools_interpreter, "-I", "-S", "-B", "-c", BOOT, "extract", f"/cap/bundle/{BUNDLE_NAME}", f"/out/{CANDIDATE}",
         ]
         result = self._observe(
             self.starter.run_one(

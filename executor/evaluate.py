@@ -347,9 +347,9 @@ def _receipt_reason(found: _Found, case: Case, expected: Expected) -> tuple[Rece
     return (None, reason) if reason else (receipt, None)
 
 
-def _inventories(receipt: Receipt) -> tuple[str, str, str]:
+def _inventories(receipt: Receipt) -> tuple[str, str, str, str]:
     binding = receipt.binding
-    return binding.candidate_digest, binding.dependency_inventory_digest, binding.runtime_inventory_digest
+    return binding.candidate_digest, binding.dependency_inventory_digest, binding.runtime_inventory_digest, binding.runtime_version
 
 
 def _cross_check(accepted: dict[str, tuple[Receipt, _Stage]], reasons: dict[str, str]) -> None:
@@ -445,7 +445,7 @@ class Report:
     cases: tuple[CaseResult, ...]
     stages: tuple[dict, ...]
     problems: tuple[str, ...]
-    inventories: tuple[str | None, str | None, str | None]
+    inventories: tuple[str | None, str | None, str | None, str | None]
     runner_inventory: str | None
     attempt_number: int | None
 
@@ -461,7 +461,7 @@ class Report:
         return report_name(self.expected.attempt_id)
 
     def as_dict(self) -> dict:
-        candidate, dependency, runtime = self.inventories
+        candidate, dependency, runtime, runtime_version = self.inventories
         return {
             "schema": REPORT_SCHEMA,
             "casebox_version": VERSION,
@@ -472,6 +472,7 @@ class Report:
             "candidate_digest": candidate,
             "dependency_inventory_digest": dependency,
             "runtime_inventory_digest": runtime,
+            "runtime_version": runtime_version,
             "runner_inventory_digest": self.runner_inventory,
             "stages": list(self.stages),
             "cases": [result.as_dict() for result in self.cases],
@@ -565,7 +566,7 @@ def evaluate(expected: Expected, evidence_paths: Sequence[str]) -> Report:
         cases=tuple(results),
         stages=tuple(sorted((stage.summary() for stage in evidence.stages), key=canonical)),
         problems=tuple(sorted(problems)),
-        inventories=inventories.pop() if len(inventories) == 1 else (None, None, None),
+        inventories=inventories.pop() if len(inventories) == 1 else (None, None, None, None),
         runner_inventory=runners.pop() if len(runners) == 1 else None,
         attempt_number=numbers.pop() if len(numbers) == 1 else expected.attempt_number,
     )

@@ -82,11 +82,13 @@ class CloseOnce:
 
 
 class DirectoryCapability(CloseOnce):
-    """A read-only directory descriptor to hand into a session under ``name``."""
+    """A read-only directory descriptor to hand into a session under ``name``, seen in a sandbox at /cap/NAME or
+    at ``mount``, a path of its own (a case runtime's prefix)."""
 
-    def __init__(self, name: str, fd: int) -> None:
+    def __init__(self, name: str, fd: int, mount: str | None = None) -> None:
         super().__init__(f"capability {name}")
         self.name = name
+        self.mount = mount
         self._fd = fd
 
     def _taken(self) -> tuple[str, int]:
@@ -100,7 +102,10 @@ class DirectoryCapability(CloseOnce):
     def hand_to(self, session) -> None:
         """Take it and give the descriptor to ``session``, which owns it from now on (and closes it)."""
         name, fd = self.take()
-        session.add_capability(name, fd)
+        if self.mount is None:
+            session.add_capability(name, fd)
+        else:
+            session.add_capability(name, fd, self.mount)
 
 
 class Running:
@@ -171,20 +176,23 @@ class Starter:
     every sandbox the case service starts has loopback only (S9).
     """
 
-    def __init__(self, session, owner: object, role: str, started: list | None = None) -> None:
+    def __init__(self, session, owner: object, role: str, started: list | None = None, always: Sequence[str] = ()) -> None:
         self.session = session
         self.owner = owner
         self.role = role
         # Where each READY sandbox is noted as (role, sandbox, read, write): the gate's record of the session.
         self.started = started
+        # The capabilities every sandbox of the session reads (the case runtime's prefix, when it is one).
+        self.always = tuple(always)
 
     def start(
         self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(), network: str = LOOPBACK,
     ) -> Started | StartFailed:
         if network != LOOPBACK and self.role != PREPARER:
             raise OwnershipError(f"the {self.role} starts sandboxes with loopback only, never the {network} network")
+        read = [*self.always, *(name for name in read if name not in self.always)]
         try:
-            ready = self.session.start_sandbox(read=list(read), write=list(write), limits=limits, network=network)
+            ready = self.session.start_sandbox(read=read, write=list(write), limits=limits, network=network)
         except SandboxFailure as failure:
             return StartFailed(self.owner, str(failure))
         if self.started is not None:
@@ -227,8 +235,9 @@ class Gate:
 
     ROLES = (CASE_SERVICE, PREPARER)
 
-    def __init__(self, session) -> None:
+    def __init__(self, session, always: Sequence[str] = ()) -> None:
         self.session = session
+        self.always = tuple(always)
         self.given: dict[str, object] = {}
         # (role, sandbox, read, write) of every sandbox that became READY, in order.
         self.started: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = []
@@ -239,4 +248,4 @@ class Gate:
         if role in self.given:
             raise OwnershipError(f"the {role}'s starter was already given to {self.given[role]!r}")
         self.given[role] = owner
-        return Starter(self.session, owner, role, self.started)
+        return Starter(self.session, owner, role, self.started, self.always)

@@ -67,6 +67,7 @@ OUTPUT_MAX_BYTES = {"stdout": 2 * OUTPUT_EDGE_BYTES, "stderr": 2 * OUTPUT_EDGE_B
 # its process op id names).
 PHASES = ("extract", "resolve", "fetch", "install")
 MAX_PHASES = 16
+RUNTIME_VERSION = re.compile(r"[a-z]{1,16} [0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\Z")
 # S12: the SHA-256 of the syscall filter program this casebox ships, per machine. Written out here because
 # the evaluator runs without launcher/; a test checks that this is exactly launcher.seccomp.SHIPPED_DIGESTS.
 SHIPPED_FILTER_DIGESTS = frozenset({
@@ -85,6 +86,8 @@ class Binding:
     bundle_sha256: str
     dependency_inventory_digest: str
     runtime_inventory_digest: str
+    # What the case runtime is, as its inventory names it: ``cpython 3.12.1`` (for display; bound like the rest).
+    runtime_version: str
     # The sealed runner tree the case's search path held (E7); None for an attempt with no pytest case.
     runner_inventory_digest: str | None
     stage_id: str
@@ -387,6 +390,7 @@ def _binding(fields: ClosedObject) -> Binding:
         bundle_sha256=fields.pop_sha256("bundle_sha256"),
         dependency_inventory_digest=fields.pop_digest("dependency_inventory_digest"),
         runtime_inventory_digest=fields.pop_digest("runtime_inventory_digest"),
+        runtime_version=fields.pop_str("runtime_version", max_bytes=40, pattern=RUNTIME_VERSION, rule="must be an implementation and a version, such as cpython 3.12.1"),
         runner_inventory_digest=_nullable_digest(fields, "runner_inventory_digest"),
         stage_id=pop_id(fields, "stage_id"),
         phases=tuple(_phase(path, item) for path, item in fields.pop_list("phases", min_items=0, max_items=MAX_PHASES)),

@@ -79,6 +79,8 @@ _NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
 _DEPENDS_ON = re.compile(r"depends on ([A-Za-z0-9][A-Za-z0-9._-]*)")
 _UNREACHABLE = ("Failed to establish a new connection", "Max retries exceeded", "Could not fetch URL", "SSLError")
 _HASHES = "DO NOT MATCH THE HASHES"
+# A wheel given as a file (the candidate's own) whose Requires-Python excludes the runtime.
+_OTHER_PYTHON = re.compile(r"Package '([^']+)' requires a different Python: (\S+) not in '([^']+)'")
 
 
 class Failure(Exception):
@@ -116,6 +118,7 @@ class Candidate:
         self.file = file
         self.project, self.version = wheel_project(file, file)
         self.requires: list[str] = []
+        self.requires_python: str | None = None
         self.modules: list[str] = []
         self.problem: Failure | None = None
         try:
@@ -133,9 +136,18 @@ class Candidate:
         if named != self.project or stated != self.version:
             self.problem = Failure("metadata", f"{file} declares {named or '?'} {stated or '?'}")
         self.requires = list(message.get_all("Requires-Dist") or [])
+        self.requires_python = message.get("Requires-Python")
 
     def check_requirements(self, packaging) -> None:
-        """Refuse a requirement that is not PEP 508, or that names a direct URL (only the index is ever fetched)."""
+        """Refuse a runtime the wheel's Requires-Python excludes, a requirement that is not PEP 508, or one that
+        names a direct URL (only the index is ever fetched)."""
+        if self.requires_python:
+            try:
+                allowed = packaging.specifiers.SpecifierSet(self.requires_python)
+            except packaging.specifiers.InvalidSpecifier:
+                raise Failure("metadata", f"{self.project} declares the invalid Requires-Python {self.requires_python[:100]!r}") from None
+            if not allowed.contains(platform.python_version(), prereleases=True):
+                raise Failure("conflict", f"{self.project} requires Python {self.requires_python}; the runtime is {platform.python_version()}"[:MAX_REQUIREMENT_BYTES])
         for line in self.requires:
             try:
                 requirement = packaging.requirements.Requirement(line)
@@ -151,6 +163,7 @@ def load_pip(wheel: str):
 
     unpack(wheel)
     import pip._vendor.packaging.requirements
+    import pip._vendor.packaging.specifiers
 
     return pip._vendor.packaging
 
@@ -188,6 +201,9 @@ def explain(output: str, candidate: set[str]) -> Failure:
         depended = {canonical_project(match.group(1)) for cause in causes for match in _DEPENDS_ON.finditer(cause)}
         reason = "candidate_conflict" if depended & candidate else "conflict"
         return Failure(reason, "; ".join(causes)[:MAX_REQUIREMENT_BYTES])
+    python = _OTHER_PYTHON.search(output)
+    if python:
+        return Failure("conflict", f"{python.group(1)} requires Python {python.group(3)}; the runtime is {python.group(2)}"[:MAX_REQUIREMENT_BYTES])
     if _HASHES in output:
         return Failure("index_hash", "a wheel the index served does not have the sha256 the index states")
     if any(marker in output for marker in _UNREACHABLE):
@@ -253,7 +269,7 @@ def leaves(request, candidate_dir: str, index: str, installer: str, scratch: str
         for wheel in wheels:
             if wheel.problem is not None:
                 raise wheel.problem
-        if not request.runner and not any(wheel.requires for wheel in wheels):
+        if not request.runner and not any(wheel.requires or wheel.requires_python for wheel in wheels):
             yield leaf("END", seq, pins=0)
             return
         packaging = load_pip(installer)

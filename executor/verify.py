@@ -75,6 +75,7 @@ class Attempt:
     attempt_number: int = 1
     index_url: str | None = None
     installer: str | None = None
+    python: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Verified:
     runs: tuple[CaseRun, ...]
     notes: tuple[str, ...]
     steward: str
+    runtime: str = ""
 
 
 def preparation_phases(started) -> tuple[tuple[str, str], ...]:
@@ -192,7 +194,11 @@ def verify(config: Config, request: Attempt, *, progress: Progress, embedded: bo
             capabilities.append(DirectoryCapability("index", index))
             index_fd = os.dup(index)
         capabilities.append(staging.bundle(request.bundle, request.sha256))
-        runtime = runtimes.inspect(request.installer)
+        runtime = runtimes.inspect(request.installer, request.python)
+        if runtime.prefix is not None:
+            # F4, then every sandbox sees it read-only at the path it has here (docs/pipeline.md, "The runtime").
+            prefix = open_capability(runtime.prefix, state_root=config.state_root)
+            capabilities.append(DirectoryCapability(runtimes.CAPABILITY, prefix, mount=runtime.prefix))
         capabilities.append(staging.directory("tools", _tools()))
         evidence_fd, made = _evidence_directory(request.evidence)
         # Only now: a refusal above is the one sentence on stderr (F1), with no progress line before it.
@@ -223,7 +229,7 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
     try:
         for capability in capabilities:
             capability.hand_to(session)
-        gate = Gate(session)
+        gate = Gate(session, always=runtime.capabilities)
         service = CaseService(gate, session, runtime=runtime, plan=plan, progress=progress, finished=progress.finished)
         preparer = Preparer(
             gate, session, staging=staging, runtime=runtime, index_fd=index_fd, index_url=request.index_url, progress=progress,
@@ -236,7 +242,13 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
             )
         progress("cleanup and retirement")
         closing = True
-        closed = session.close(evidence_fd)
+        changed = runtime.changed()
+        if changed is None:
+            closed = session.close(evidence_fd)
+        else:
+            # Its receipts name the runtime as it was: the stage retires without exporting them.
+            notes.append(f"{changed}; the stage is abandoned and its receipts are not exported, so no case is judged")
+            closed = session.abandon()
     except BaseException as error:
         if not closing:
             # Clean up and retire all the same, then report what went wrong: INTERRUPTED for Ctrl-C or
@@ -252,7 +264,7 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
     expected = Expected(plan, request.attempt_id, request.sha256, request.attempt_number, judged)
     report = evaluate(expected, [request.evidence])
     progress.judged(report)
-    return Verified(report, request.evidence, closed.tombstone, tuple(runs), tuple(notes), steward)
+    return Verified(report, request.evidence, closed.tombstone, tuple(runs), tuple(notes), steward, runtime.label)
 
 
 def _cases(session, gate, service, preparer, request, plan, cases, runtime) -> tuple[list[CaseRun], list[str]]:
@@ -281,6 +293,7 @@ def _cases(session, gate, service, preparer, request, plan, cases, runtime) -> t
         bundle_sha256=request.sha256,
         dependency_inventory_digest=dependencies.sealed.inventory_digest,
         runtime_inventory_digest=runtime.digest,
+        runtime_version=f"{runtime.implementation} {runtime.version}",
         runner_inventory_digest=None if trees.runner is None else trees.runner.inventory_digest,
         stage_id=session.info().stage_id,
         phases=preparation_phases(gate.started),

@@ -74,6 +74,9 @@ class Builder:
         relative = target.lstrip("/")
         if target.startswith(("/cap/", "/out/")) or target == "/etc":
             os.mkdir(relative, 0o755)
+        elif target != "/usr":
+            # A capability at a path of its own (a case runtime's prefix): its parents are made on the root tmpfs.
+            os.makedirs(relative, 0o755)
         sc.move_mount(tree, "", sc.AT_FDCWD, relative, sc.MOVE_MOUNT_F_EMPTY_PATH)
         os.close(tree)
         self.journal("MOUNT_DONE", target, "tree")

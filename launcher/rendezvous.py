@@ -75,10 +75,32 @@ def _is_named(target: str, directory: str) -> bool:
     return 0 < len(name) <= 64 and name[0] in _NAME_START and all(char in _NAME_CHARS for char in name)
 
 
+# The first segments of the sandbox's own tree: a capability mounted at a path of its own may not take one.
+SANDBOX_ROOTS = ("bin", "cap", "dev", "etc", "lib", "lib32", "lib64", "libx32", "out", "proc", "sbin", "tmp", "usr", "work")
+MAX_MOUNT_SEGMENTS = 16
+MAX_MOUNT_BYTES = 512
+
+
+def is_mount_target(target: str) -> bool:
+    """A path of its own where a capability is mounted as it is on the host (a case runtime's prefix, which
+    toolcache builds have compiled in): absolute and normalized, printable ASCII without spaces or quotes, at
+    most 16 segments, and not inside the sandbox's own tree (/usr, /cap, /out, /proc, ...)."""
+    segments = target.split("/")[1:]
+    return (
+        target.startswith("/") and 0 < len(segments) <= MAX_MOUNT_SEGMENTS and len(target) <= MAX_MOUNT_BYTES
+        and all(segment not in ("", ".", "..") for segment in segments)
+        and all(char.isascii() and char.isprintable() and char not in " \"'\\" for char in target)
+        and segments[0] not in SANDBOX_ROOTS and not segments[0].startswith(".")
+    )
+
+
 def is_capability_target(target: str, host_network: bool = False) -> bool:
-    """Where a read-only CAPABILITY may go: /usr, or /cap/NAME; and /etc in a sandbox with the host's network
-    (its resolver files, S9), never in one with loopback only."""
-    return target == "/usr" or _is_named(target, "/cap/") or (host_network and target == "/etc")
+    """Where a read-only CAPABILITY may go: /usr, /cap/NAME, or a path of its own (:func:`is_mount_target`); and
+    /etc in a sandbox with the host's network (its resolver files, S9), never in one with loopback only."""
+    return (
+        target == "/usr" or _is_named(target, "/cap/") or is_mount_target(target)
+        or (host_network and target == "/etc")
+    )
 
 
 def is_output_target(target: str) -> bool:
@@ -112,7 +134,7 @@ def receive_setup(channel: Channel, nonce: bytes) -> Setup:
         target = message.fields["target"]
         known = {target for _, target in setup.capabilities + setup.outputs}
         if message.name == "CAPABILITY":
-            valid, place, trees = is_capability_target(target, setup.fields["host_network"]), "/usr or a new /cap/NAME", setup.capabilities
+            valid, place, trees = is_capability_target(target, setup.fields["host_network"]), "/usr, a new /cap/NAME or a path of its own", setup.capabilities
         else:
             valid, place, trees = is_output_target(target), "a new /out/NAME", setup.outputs
         if not valid or target in known:

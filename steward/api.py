@@ -45,6 +45,18 @@ def check_name(name: object, where: str) -> str:
     return name
 
 
+def check_mount(path: object, where: str) -> str:
+    """A path of its own where a capability is mounted in every sandbox (launcher.rendezvous.is_mount_target)."""
+    from launcher.rendezvous import is_mount_target
+
+    if type(path) is not str or not is_mount_target(path):
+        raise StrictJSONError(
+            where, "must be an absolute, normalized path of printable ASCII without spaces or quotes, at most 16 "
+            "segments, outside the sandbox's own tree (/usr, /cap, /out, /proc, /dev, /tmp, /work, /etc, /bin, /lib...)",
+        )
+    return path
+
+
 def check_network(network: object, where: str) -> str:
     if network not in NETWORKS:
         raise StrictJSONError(where, f"must be one of {', '.join(NETWORKS)}")

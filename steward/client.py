@@ -46,10 +46,10 @@ class RemoteSession:
             raise Refused("session", "is already closed")
         return _call(self._endpoint, kind, body, fds=fds, expect_fd=expect_fd)
 
-    def add_capability(self, name: str, fd: int) -> None:
+    def add_capability(self, name: str, fd: int, mount: str | None = None) -> None:
         """Send the capability; like the in-process call, this takes ownership of ``fd`` (it is closed here)."""
         try:
-            fields, _ = self._call("CAPABILITY", {"name": name}, fds=(fd,))
+            fields, _ = self._call("CAPABILITY", {"name": name, "mount": mount}, fds=(fd,))
         finally:
             os.close(fd)
         fields.done()

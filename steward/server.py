@@ -171,8 +171,11 @@ class Connection:
 
     def _do_capability(self, fields: ClosedObject, fds: list[int]):
         name = _name(fields)
+        mount = fields.pop_nullable("mount")
         fields.done()
-        self.session.add_capability(name, fds.pop())
+        if mount is not None:
+            api.check_mount(mount, "$.mount")
+        self.session.add_capability(name, fds.pop(), mount)
         return {}, ()
 
     def _do_output(self, fields: ClosedObject, fds: list[int]):

@@ -198,6 +198,8 @@ class Session:
         self.stage_id = secrets.token_hex(8)
         self.journal_id = secrets.token_hex(8)
         self.capabilities: dict[str, int] = {}
+        # The capabilities mounted at a path of their own (name -> path) rather than at /cap/NAME.
+        self.mounts: dict[str, str] = {}
         self.live: dict[str, bool] = {}
         self.sealed: dict[str, api.Sealed] = {}
         self.sandbox = None
@@ -247,13 +249,20 @@ class Session:
 
     # -- capabilities and outputs ---------------------------------------------
 
-    def add_capability(self, name: str, fd: int) -> None:
-        """Accept a read-only directory capability; the session now owns ``fd`` and closes it exactly once (C9)."""
+    def add_capability(self, name: str, fd: int, mount: str | None = None) -> None:
+        """Accept a read-only directory capability; the session now owns ``fd`` and closes it exactly once (C9).
+
+        A sandbox sees it at /cap/NAME, or at ``mount``, a path of its own (a case
+        runtime's installation prefix, at the path it has on the host)."""
         try:
             self._usable()
             api.check_name(name, "capability name")
             if name in self.capabilities or name in self.live or name in self.sealed:
                 raise Refused(f"capability {name}", "is a name this session already uses")
+            if mount is not None:
+                api.check_mount(mount, f"capability {name} mount")
+                if mount in self.mounts.values():
+                    raise Refused(f"capability {name} mount", f"{mount} is already another capability's")
             if not stat.S_ISDIR(os.fstat(fd).st_mode):
                 raise Refused(f"capability {name}", "must be a directory descriptor")
             self.steward.capability_check(fd, f"capability {name}")
@@ -261,6 +270,8 @@ class Session:
             os.close(fd)
             raise
         self.capabilities[name] = fd
+        if mount is not None:
+            self.mounts[name] = mount
 
     def create_output(self, name: str, *, max_bytes: int = DEFAULT_OUTPUT_BYTES, max_inodes: int = DEFAULT_OUTPUT_INODES) -> None:
         """A writable output the next sandbox fills at /out/NAME: a capped tmpfs in the stage (J1 for its mount)."""
@@ -347,19 +358,22 @@ class Session:
         opened: list[int] = []
         lease = self.root.lease(self.settings.uid, wait_seconds=self.settings.lease_seconds)
         try:
-            capabilities = []
+            capabilities, mounts = [], []
             for name in read:
                 fd = self.capabilities[name] if name in self.capabilities else outputs.open_sealed(self.outputs_fd, name)
                 if name not in self.capabilities:
                     opened.append(fd)
-                capabilities.append((name, fd))
+                if name in self.mounts:
+                    mounts.append((self.mounts[name], fd))
+                else:
+                    capabilities.append((name, fd))
             writable = []
             for name in write:
                 fd = outputs.open_live(self.live_fd, name)
                 opened.append(fd)
                 writable.append((name, fd))
             self.sandboxes += 1
-            spec = Spec(self.settings.uid, self.settings.gid, tuple(capabilities), limits, tuple(writable), network)
+            spec = Spec(self.settings.uid, self.settings.gid, tuple(capabilities), limits, tuple(writable), network, tuple(mounts))
             suffix = NETWORK_SANDBOX_SUFFIX if network == api.HOST_NETWORK else ""
             sandbox = Sandbox(spec, self.ledger, self.root, f"{self.stage_id}-{self.sandboxes}{suffix}")
             try:

@@ -52,8 +52,10 @@ _STDERR_TAIL = 2000
 class Spec:
     """What a sandbox gets. Each capability and output is (NAME, directory descriptor); the caller keeps
     ownership of the descriptors. A capability is mounted read-only at /cap/NAME, an output writable (nosuid,
-    nodev, noexec) at /out/NAME. ``network`` is ``loopback`` (a network namespace of its own with only lo,
-    S9) or ``host`` (the starter's own network namespace: only the resolver and fetch of a network index)."""
+    nodev, noexec) at /out/NAME. ``mounts`` are (PATH, descriptor): capabilities mounted read-only at a path
+    of their own, the one they have on the host (a case runtime's prefix; launcher.rendezvous.is_mount_target).
+    ``network`` is ``loopback`` (a network namespace of its own with only lo, S9) or ``host`` (the starter's
+    own network namespace: only the resolver and fetch of a network index)."""
 
     uid: int
     gid: int
@@ -61,6 +63,7 @@ class Spec:
     limits: Limits = Limits()
     outputs: tuple[tuple[str, int], ...] = ()
     network: str = LOOPBACK
+    mounts: tuple[tuple[str, int], ...] = ()
 
 
 def op_class(reported: str, before: cgroups.Counters, after: cgroups.Counters) -> str:
@@ -212,6 +215,7 @@ class Sandbox:
         trees = [
             ("CAPABILITY", usr_fd, "/usr"),
             *(("CAPABILITY", fd, f"/cap/{name}") for name, fd in self.spec.capabilities),
+            *(("CAPABILITY", fd, path) for path, fd in self.spec.mounts),
             *(("OUTPUT", fd, f"/out/{name}") for name, fd in self.spec.outputs),
         ]
         runtime = None

@@ -153,6 +153,7 @@ class Stage:
             bundle_sha256=BUNDLE,
             dependency_inventory_digest=DEPENDENCIES,
             runtime_inventory_digest=RUNTIME,
+            runtime_version="cpython 3.11.2",
             runner_inventory_digest=RUNNER,
             stage_id=stage_id,
         )

@@ -27,7 +27,7 @@ RUNTIME = Runtime(
     interpreter="/usr/bin/python3.11",
     version="3.11.2",
     installer=Installer("pip-24.2-py3-none-any.whl", "6" * 64, "runtime", b"not a wheel"),
-    document={},
+    inventory={},
     stdlib_path=("/usr/lib/python311.zip", "/usr/lib/python3.11", "/usr/lib/python3.11/lib-dynload"),
     stdlib_modules=frozenset({"argparse", "json", "os", "sys"}),
 )

@@ -333,7 +333,8 @@ def _command(text: str, program: str) -> list[str]:
     block = re.search(rf"run: >\n((?:\s+.*\n)*?\s+{re.escape(program)}\n(?:\s+--.*\n)+)", text).group(1)
     line = " ".join(line.strip() for line in block.splitlines())
     line = line.replace("${{ needs.prepare.outputs.sha256 }}", "a" * 64).replace("${{ matrix.shard }}", "1/3")
-    line = line.replace('"$PLAN"', str(EXAMPLES / "plan.json")).replace('"$ATTEMPT"', "run-1-1")
+    line = line.replace('"$PLAN"', str(EXAMPLES / "plan.json")).replace('"$ATTEMPT-py${{ matrix.python-version }}"', "run-1-1-py3.12")
+    line = line.replace('"${{ steps.python.outputs.python-path }}"', "/opt/hostedtoolcache/Python/3.12.3/x64/bin/python3.12")
     replaced = line.split()
     return replaced[replaced.index(program.split()[-1]) + 1 :]
 
@@ -342,7 +343,7 @@ def test_the_workflow_shards_with_plan_shard_and_its_matrix_is_what_plan_shard_p
     """Scale-out: the matrix comes from `casebox plan shard --json`, one verify job per shard."""
     text = WORKFLOW.read_text()
     assert 'casebox plan shard "$PLAN" --count "$SHARDS" --json' in text
-    assert "matrix: ${{ fromJSON(needs.prepare.outputs.matrix) }}" in text
+    assert "shard: ${{ fromJSON(needs.prepare.outputs.matrix).shard }}" in text
     shards = re.search(r'SHARDS: "(\d+)"', text).group(1)
     code, out, _ = run_cli(capsys, "plan", "shard", str(EXAMPLES / "plan.json"), "--count", shards, "--json")
     assert code == 0 and json.loads(out) == {"shard": [f"{i}/{shards}" for i in range(1, int(shards) + 1)]}
@@ -352,10 +353,22 @@ def test_the_workflow_runs_verify_per_shard_with_sudo_and_uploads_the_evidence()
     text = WORKFLOW.read_text()
     verify = _command(text, "sudo --preserve-env=GITHUB_ACTIONS,GITHUB_STEP_SUMMARY .venv/bin/casebox verify")
     assert verify[verify.index("--shard") + 1] == "1/3"
-    for flag in ("--bundle", "--sha256", "--plan", "--verifier-tree", "--attempt", "--evidence"):
+    for flag in ("--bundle", "--sha256", "--plan", "--verifier-tree", "--attempt", "--evidence", "--python"):
         assert flag in verify
     assert "path: evidence/" in text and "uses: actions/upload-artifact@v4" in text
     assert "persist-credentials: false" in text
+
+
+def test_the_workflow_crosses_python_versions_with_the_shards_one_attempt_and_one_verdict_per_version():
+    """Issue 18: actions/setup-python per version, after the root bootstrap (so casebox's own venv stays the
+    distribution's); each version an attempt of its own, folded by an evaluate job of its own."""
+    text = WORKFLOW.read_text()
+    versions = re.findall(r'python-version: \["([^]]+)"\]', text)
+    assert versions == ['3.11", "3.12", "3.13'] * 2
+    assert text.index("sudo scripts/bootstrap") < text.index("uses: actions/setup-python@v5")
+    verify = _command(text, "sudo --preserve-env=GITHUB_ACTIONS,GITHUB_STEP_SUMMARY .venv/bin/casebox verify")
+    assert verify[verify.index("--attempt") + 1] == "run-1-1-py3.12"
+    assert "pattern: evidence-py${{ matrix.python-version }}-*" in text
 
 
 def test_the_workflow_uploads_each_case_s_output_under_the_names_casebox_publishes():
@@ -375,15 +388,14 @@ def test_the_workflow_s_evaluate_command_is_one_casebox_accepts(tmp_path, capsys
     from evidence_support import DESIGNED_RUNS, build_attempt
 
     text = WORKFLOW.read_text()
-    assert "pattern: evidence-*" in text
     args = _command(text, ".venv/bin/casebox evaluate")
     plan = plan_from_bytes((EXAMPLES / "plan.json").read_bytes())
     downloaded = tmp_path / "evidence"
-    directories = build_attempt(downloaded, plan, DESIGNED_RUNS, shards=3, attempt="run-1-1")
+    directories = build_attempt(downloaded, plan, DESIGNED_RUNS, shards=3, attempt="run-1-1-py3.12")
     index = args.index("--evidence")
     args[index + 1 : index + 2] = [str(d) + "/" for d in directories]
     args[args.index("--bundle-sha256") + 1] = "b" * 64
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(capsys, "evaluate", *args)
     assert (code, err) == (3, "")
-    assert (tmp_path / "report-run-1-1.json").is_file()
+    assert (tmp_path / "report-run-1-1-py3.12.json").is_file()

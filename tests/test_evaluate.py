@@ -673,7 +673,7 @@ def test_a_pytest_case_needs_positive_evidence(tmp_path, run, reason):
 
 
 def _receipt(limit: str, wait_status: int, counts: JunitCounts | None, report: str = "read") -> Receipt:
-    binding = Binding(ATTEMPT, 1, "sha256:" + "0" * 64, "sha256:" + "0" * 64, BUNDLE, "sha256:" + "0" * 64, "sha256:" + "0" * 64, None, "s")
+    binding = Binding(ATTEMPT, 1, "sha256:" + "0" * 64, "sha256:" + "0" * 64, BUNDLE, "sha256:" + "0" * 64, "sha256:" + "0" * 64, "cpython 3.11.2", None, "s")
     outcome = Outcome(limit, wait_status, 0, None, None)
     return Receipt(binding, "c0", None, outcome, PytestEvidence(report, counts), "0" * 64)
 

@@ -45,6 +45,7 @@ BINDING = Binding(
     bundle_sha256="3" * 64,
     dependency_inventory_digest="sha256:" + "4" * 64,
     runtime_inventory_digest="sha256:" + "5" * 64,
+    runtime_version="cpython 3.11.2",
     runner_inventory_digest="sha256:" + "6" * 64,
     stage_id="stage-1",
     phases=(("extract", "stage-1-1"), ("resolve", "stage-1-2"), ("fetch", "stage-1-3"), ("install", "stage-1-4")),

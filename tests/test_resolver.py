@@ -227,7 +227,9 @@ def test_pip_s_own_words_are_read_for_the_reason():
     assert explain(conflict, {"c"}).reason == "candidate_conflict"
     assert explain("ERROR: No matching distribution found for zz>=1\n", set()).requirement == "zz>=1"
     assert explain("WARNING: Retrying ... Failed to establish a new connection\n", set()).reason == "index"
-    assert explain("ERROR: something else\n", set()) .reason == "resolver"
+    assert explain("ERROR: something else\n", set()).reason == "resolver"
+    other = "ERROR: Package 'calc' requires a different Python: 3.11.2 not in '>=3.12'\n"
+    assert (explain(other, set()).reason, explain(other, set()).requirement) == ("conflict", "calc requires Python >=3.12; the runtime is 3.11.2")
 
 
 def _zip(path: pathlib.Path, members: dict[str, bytes]) -> str:

@@ -17,20 +17,20 @@ def test_casebox_s_own_interpreter_is_the_runtime_when_it_lies_under_usr():
     assert runtime.choose_interpreter("/opt/elsewhere/python").startswith("/usr/")
 
 
-def test_the_stdlib_inventory_covers_files_and_links_and_skips_caches_and_site_packages(tmp_path):
+def test_the_tree_inventory_covers_files_and_links_and_skips_caches_and_site_packages(tmp_path):
     lib = tmp_path / "lib"
     (lib / "json").mkdir(parents=True)
     (lib / "json" / "__init__.py").write_bytes(b"x = 1\n")
     (lib / "os.py").write_bytes(b"import posix\n")
     (lib / "link.py").symlink_to("os.py")
-    first = runtime.stdlib_inventory(str(lib))
+    first = runtime.tree_inventory(str(lib))
     for skipped in ("__pycache__", "site-packages", "dist-packages", "config-3.11-x86_64-linux-gnu"):
         (lib / skipped).mkdir()
         (lib / skipped / "anything.py").write_bytes(b"ignored")
-    assert runtime.stdlib_inventory(str(lib)) == first
+    assert runtime.tree_inventory(str(lib)) == first
     assert (first["files"], first["bytes"]) == (2, 19)
     (lib / "os.py").write_bytes(b"import posix  \n")
-    assert runtime.stdlib_inventory(str(lib))["sha256"] != first["sha256"]
+    assert runtime.tree_inventory(str(lib))["sha256"] != first["sha256"]
 
 
 def _bundled(tmp_path, *versions: str):

@@ -83,6 +83,7 @@ def _demo(args: argparse.Namespace) -> int:
         evidence=os.path.join(work, "evidence"),
         index=os.path.join(examples, "index"),
         installer=os.path.join(examples, "index", DEMO_INSTALLER),
+        python=args.python,
     )
     verified = verify(config, request, progress=progress, embedded=args.state_root is not None)
     report = verified.report
@@ -130,7 +131,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the steward embedded on this state root, even when a daemon answers (default: the daemon if it "
         "answers, else embedded on the configured state root)",
     )
-    from executor.commands.verify import add_output_options
+    from executor.commands.verify import add_output_options, add_python_option
+
+    add_python_option(command)
 
     add_output_options(command)
     command.set_defaults(handler=_demo)

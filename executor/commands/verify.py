@@ -19,6 +19,16 @@ def add_output_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
+def add_python_option(command: argparse.ArgumentParser) -> None:
+    """--python PATH: the case runtime, for verify and demo (docs/pipeline.md, "The runtime")."""
+    command.add_argument(
+        "--python", metavar="PATH",
+        help="the interpreter the cases, the resolver and pip run on: CPython 3.9 or later, such as the one "
+        "actions/setup-python installed; its installation prefix, when outside /usr, passes F4 and is mounted "
+        "read-only at the same path in every sandbox (default: the interpreter under /usr)",
+    )
+
+
 def verified_value(verified) -> dict:
     """``verify --json``: the report and where everything is."""
     from executor import VERSION
@@ -28,6 +38,7 @@ def verified_value(verified) -> dict:
         "casebox_version": VERSION,
         "report": verified.report.as_dict(),
         "steward": verified.steward,
+        "runtime": verified.runtime,
         "evidence": verified.evidence,
         "tombstone": verified.tombstone,
         "notes": list(verified.notes),
@@ -40,6 +51,7 @@ def show_paths(verified) -> None:
 
     for note in verified.notes:
         say(f"note: {escape(note)}")
+    say(f"python: {verified.runtime}")
     say(f"steward: {verified.steward}")
     say(f"evidence: {verified.evidence}")
     say(f"tombstone: {verified.tombstone}")
@@ -109,6 +121,7 @@ def _verify(args: argparse.Namespace) -> int:
         attempt_number=args.attempt_number,
         index_url=index_url,
         installer=None if args.installer is None else resolve_inside(args.installer, root, "--installer"),
+        python=args.python,
     )
     return show(verify(config, request, progress=Progress(quiet=args.quiet), embedded=args.state_root is not None), args)
 
@@ -154,6 +167,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the pip wheel (pip-X.Y[.Z]-py3-none-any.whl, 22.2 or later) that resolves and installs in the sandboxes; "
         "default: the one the runtime bundles. A pip wheel in the index never becomes the installer",
     )
+    add_python_option(command)
     command.add_argument("--shard", metavar="i/n", help="run only shard i of n of the plan's cases (casebox plan shard)")
     command.add_argument(
         "--attempt-number", metavar="N", type=int, default=1,
