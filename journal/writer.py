@@ -2,11 +2,18 @@
 
 A journal is created once, ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to its stage
 directory's descriptor, mode 0600, with its GENESIS record; the file and then
-the directory are fsynced before :meth:`JournalWriter.create` returns. Each
-append is one ``pwrite`` of the whole frame at the end, then ``fdatasync``: a
-method returns the new head only once its record is durable. Any failed write
-or sync poisons the writer for good; it never retries, since after a failed
-fsync the kernel may already have dropped the dirty pages it would retry.
+the directory are fsynced before :meth:`JournalWriter.create` returns. Before
+the first byte is written, the whole 262,144-byte cap is reserved on disk with
+``fallocate(FALLOC_FL_KEEP_SIZE)`` (the file's size and bytes stay exactly
+what the format says), so no append up to the cap can fail for want of space
+and leave a torn frame; a journal whose cap cannot be reserved is removed
+again while it holds nothing, and :class:`Unreserved` says how much was
+needed. A reopened journal is reserved again before anything is appended.
+Each append is one ``pwrite`` of the whole frame at the end, then
+``fdatasync``: a method returns the new head only once its record is durable.
+Any failed write or sync poisons the writer for good; it never retries, since
+after a failed fsync the kernel may already have dropped the dirty pages it
+would retry.
 
 A test may pass ``hook``, called with the name of each kill point the writer
 passes (``KILL_POINTS``); with a hook, a frame is written as two pwrites so a
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import stat
 import time
@@ -26,6 +34,7 @@ from typing import Any, Callable, Mapping
 from journal.errors import Refused
 from journal.files import read_stored
 from journal.format import (
+    CAP,
     HEADER_BYTES,
     Kind,
     chain_step,
@@ -62,6 +71,39 @@ Hook = Callable[[str], None]
 
 class JournalPoisoned(Exception):
     """A write or sync failed; the writer refuses every later call and the session fails closed (J5)."""
+
+
+class Unreserved(Exception):
+    """The journal's cap could not be reserved on disk (``needed`` bytes); nothing was written."""
+
+    def __init__(self, name: str, needed: int, error: OSError) -> None:
+        super().__init__(f"{name}: {needed} bytes could not be reserved on disk ({error.strerror})")
+        self.needed = needed
+        self.errno = error.errno
+        self.strerror = error.strerror
+
+
+FALLOC_FL_KEEP_SIZE = 1
+
+
+@functools.cache
+def _fallocate():
+    """libc's fallocate(2), which os does not offer with a mode (os.posix_fallocate would grow the file)."""
+    import ctypes  # only where a journal is written: readers never pay for it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, "fallocate64", None) or libc.fallocate
+    call.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    call.restype = ctypes.c_int
+    return call, ctypes.get_errno
+
+
+def reserve(fd: int, length: int = CAP) -> None:
+    """Allocate the first ``length`` bytes of ``fd`` on disk without changing its size (FALLOC_FL_KEEP_SIZE)."""
+    call, get_errno = _fallocate()
+    if call(fd, FALLOC_FL_KEEP_SIZE, 0, length) != 0:
+        number = get_errno()
+        raise OSError(number, os.strerror(number))
 
 
 def wall_clock_us() -> int:
@@ -129,6 +171,7 @@ class JournalWriter:
         try:
             os.fchmod(fd, MODE)
             _lock(fd, name)
+            writer._reserve(dir_fd)
         except BaseException:
             writer.close()
             raise
@@ -179,7 +222,23 @@ class JournalWriter:
             os.close(fd)
             raise
         head = bytes.fromhex(reading.head)
-        return cls(fd, name, reading.sequence, head, reading.valid_bytes, clock, hook)
+        writer = cls(fd, name, reading.sequence, head, reading.valid_bytes, clock, hook)
+        try:
+            writer._reserve(None)
+        except BaseException:
+            writer.close()
+            raise
+        return writer
+
+    def _reserve(self, created_in: int | None) -> None:
+        """Reserve the cap before anything is appended; a journal this writer just created (in the directory
+        ``created_in``) and could not reserve is removed again, since it holds no byte yet."""
+        try:
+            reserve(self._fd, CAP)
+        except OSError as error:
+            if created_in is not None:
+                os.unlink(self._name, dir_fd=created_in)
+            raise Unreserved(self._name, CAP, error) from None
 
     # State
 
