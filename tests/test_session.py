@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -155,6 +157,52 @@ def test_a_capability_must_be_a_directory_under_a_name_not_yet_used(steward, tmp
         assert not _is_open(again)
     finally:
         session.close()
+
+
+def test_a_session_holds_at_most_its_count_of_capabilities(steward, tmp_path):
+    """C9 and the daemon's descriptor budget: a session owns each capability's descriptor until it ends, so it
+    accepts at most MAX_CAPABILITIES; one more is refused and closed at once."""
+    from steward.session import MAX_CAPABILITIES
+
+    session = steward.open_session("attempt-1")
+    try:
+        for number in range(MAX_CAPABILITIES):
+            session.add_capability(f"c{number}", os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+        extra = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        with pytest.raises(Refused, match=f"would be more than {MAX_CAPABILITIES} capabilities in one session"):
+            session.add_capability("one-more", extra)
+        assert not _is_open(extra)
+    finally:
+        session.close()
+
+
+def test_a_halted_session_ends_its_running_op_and_every_later_one(steward, state_path):
+    """The daemon's shutdown: halt() SIGKILLs the op that runs, and an op recorded after it, through a pidfd
+    checked against the op's /proc handle; pid 1 still reaps each and its raw status is recorded."""
+    session = steward.open_session("attempt-1")
+    session.start_sandbox()
+    outcomes = []
+    running = threading.Thread(target=lambda: outcomes.append(
+        session.run(["/bin/sleep", "60"], env=ENV, timeout_ms=120_000, stdout_cap=64, stderr_cap=64)))
+    running.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not session.ledger._running and time.monotonic() < deadline:
+            time.sleep(0.02)
+        session.halt()
+        running.join(30)
+        began = time.monotonic()
+        later = session.run(["/bin/sleep", "60"], env=ENV, timeout_ms=120_000, stdout_cap=64, stderr_cap=64)
+        assert time.monotonic() - began < 30
+    finally:
+        session.close_sandbox()
+        closed = session.close()
+    for outcome in (*outcomes, later):
+        assert outcome.wait_status == signal.SIGKILL, outcome
+    reading = sealed_reading(state_path, closed.stage_id)
+    terminals = {record.fields["op_id"]: record.fields["wait_status"] for record in reading.records if record.kind is Kind.PROCESS_TERMINAL}
+    assert terminals[outcomes[0].op_id] == terminals[later.op_id] == signal.SIGKILL
+    assert closed.diagnostic == "VERIFIED", "ending ops this way leaves every privileged status 0"
 
 
 def test_a_sandbox_names_only_known_inputs_each_once_and_runs_alone(steward):
