@@ -42,7 +42,7 @@ def test_a_session_request_before_open_ends_the_connection(connection, first):
     conn, client = connection
     client.send(first, {})
     with pytest.raises(WireError, match=f"{first} arrived where OPEN was expected"):
-        conn._one()
+        conn.handle(conn.endpoint.receive())
     assert conn.session is None
 
 
@@ -57,10 +57,7 @@ def new_server():
 
     yield make
     for each in made:
-        if each.listener is not None:
-            each.listener.close()
-        os.close(each._stop_read)
-        os.close(each._stop_write)
+        each.close()
 
 
 def test_a_socket_path_holding_something_else_is_never_replaced(tmp_path, new_server):
