@@ -18,7 +18,7 @@ from journal.seal import SealMarker, seal_from_bytes
 from launcher.protocol import ProtocolError
 from sandbox_support import contained  # noqa: F401
 from steward import documents, procfs, retirement, starter
-from steward.session import AFTER_MOUNT_INTENT, Steward
+from steward.session import AFTER_MOUNT_INTENT, AFTER_PROCESS_INTENT, Steward
 from steward_support import (  # noqa: F401
     ENV, accept_all, kinds, last_of, one_session, read_dir_journal, run_true, sealed_reading, settings, state_path,
     steward, tombstone,
@@ -203,6 +203,37 @@ def test_a_halted_session_ends_its_running_op_and_every_later_one(steward, state
     terminals = {record.fields["op_id"]: record.fields["wait_status"] for record in reading.records if record.kind is Kind.PROCESS_TERMINAL}
     assert terminals[outcomes[0].op_id] == terminals[later.op_id] == signal.SIGKILL
     assert closed.diagnostic == "VERIFIED", "ending ops this way leaves every privileged status 0"
+
+
+def test_an_op_killed_before_its_release_is_observed_like_any_other(state_path, sandbox_ids):
+    """J1, C1: after halt() the next op is killed as soon as its identity is durable, before pid 1 has
+    released it; pid 1 finds nobody to release, reaps it and reports its raw status, and the sandbox goes on."""
+    holder = {}
+
+    def hook(point: str) -> None:
+        ledger = holder["session"].ledger if "session" in holder else None
+        if point == AFTER_PROCESS_INTENT and ledger is not None and ledger._halted and ledger._running:
+            pid = ledger.identities[ledger._running][0]
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with open(f"/proc/{pid}/stat") as stat_file:
+                    if stat_file.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        return  # dead, every descriptor closed: the release cannot reach it
+                time.sleep(0.01)
+            raise AssertionError("the interrupted op was not killed")
+
+    made = Steward(settings(state_path, sandbox_ids), capability_check=accept_all, hook=hook)
+    try:
+        session = holder["session"] = made.open_session("attempt-1")
+        session.start_sandbox()
+        session.halt()
+        outcome = session.run(["/bin/sleep", "60"], env=ENV, timeout_ms=120_000, stdout_cap=64, stderr_cap=64)
+        assert outcome.wait_status == signal.SIGKILL
+        assert run_true(session).wait_status == signal.SIGKILL, "every op after halt() is ended"
+        session.close_sandbox()
+        assert session.close().diagnostic == "VERIFIED"
+    finally:
+        made.close()
 
 
 def test_a_sandbox_names_only_known_inputs_each_once_and_runs_alone(steward):
