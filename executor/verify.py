@@ -18,7 +18,11 @@ steward's (executor/sessions.py); an explicit ``--state-root`` always runs
 the steward embedded. A failure after the session opened abandons it, which
 still cleans up and retires the stage, and then re-raises. A failure of the
 steward or its host (its state root full, the daemon stopping) ends the
-attempt with the steward's own sentence (exit 70).
+attempt with the steward's own sentence (exit 70). An interrupt (Ctrl-C, or
+SIGTERM, which the command treats as one) goes the same way out, so the
+private staging directory is removed on every path but SIGKILL; what a
+SIGKILL leaves there the next verification removes first
+(executor/staging.py).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from executor.preparer import DEPS, Preparer, Unresolved
 from executor.receipts import Binding, dependency_step
 from executor.reporting import Progress
 from executor.shard import cases_for_shard
-from executor.staging import Staging
+from executor.staging import Staging, remove_abandoned
 from journal.errors import Refused
 from journal.format import RESERVE_START
 from steward.failure import SandboxFailure
@@ -181,6 +185,8 @@ def _evidence_directory(path: str) -> tuple[int, bool]:
 
 def verify(config: Config, request: Attempt, *, progress: Progress, embedded: bool = False) -> Verified:
     """Run the attempt; refusals (exit 64) come before anything is written. ``embedded``: never the daemon."""
+    for path in remove_abandoned():
+        progress(f"removed {path}: a verification that was killed left it")
     plan = load_plan(request.plan)
     cases = shard_cases(plan, request.shard, config.state_root)
     progress.expect([case for _, case in cases])

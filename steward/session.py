@@ -290,11 +290,10 @@ class Session:
                 self.stage_fd, JOURNAL_NAME, journal_id=self.journal_id, stage_id=self.stage_id,
                 attempt_id=attempt_id, hook=self.hook,
             )
-        except BaseException as error:
+        except BaseException:
             os.close(self.stage_fd)
-            if isinstance(error, Exception):
-                # No GENESIS is durable, so nothing can have run in it (J1): the stage goes again at once.
-                retirement.remove_unborn(self.root, self.stage_id)
+            # No GENESIS is durable, so nothing can have run in it (J1): the stage goes again at once.
+            retirement.remove_unborn(self.root, self.stage_id)
             raise
         self.ledger = SessionLedger(self.writer, self.hook)
         self.documents_fd = self.live_fd = self.outputs_fd = self.evidence_fd = -1
