@@ -76,12 +76,12 @@ ROOT = 0
 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
-    """The daemon's configurable bounds (docs/configuration.md)."""
+    """The daemon's bounds; their defaults are the configuration's (executor/config.py, docs/configuration.md)."""
 
-    idle_seconds: float = 60.0
-    max_connections: int = 32
-    max_connections_per_uid: int = 8
-    stop_seconds: float = 75.0
+    idle_seconds: float
+    max_connections: int
+    max_connections_per_uid: int
+    stop_seconds: float
 
 
 def _smallest_process_record() -> int:
@@ -401,8 +401,8 @@ class Server:
     :meth:`stop` runs on the loop's thread."""
 
     def __init__(
-        self, steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], socket_group: str | int = SOCKET_GROUP,
-        bounds: Bounds = Bounds(),
+        self, steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], bounds: Bounds,
+        socket_group: str | int = SOCKET_GROUP,
     ) -> None:
         self.steward = steward
         self.socket_path = socket_path
@@ -710,8 +710,7 @@ class Server:
 
 
 def serve(
-    steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], socket_group: str | int = SOCKET_GROUP,
-    bounds: Bounds = Bounds(),
+    steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], bounds: Bounds, socket_group: str | int = SOCKET_GROUP,
 ) -> int:
     """Run the daemon until SIGTERM or SIGINT; the exit code (0 when every open session was retired in time)."""
     server = Server(steward, socket_path=socket_path, client_uids=client_uids, socket_group=socket_group, bounds=bounds)
