@@ -388,14 +388,51 @@ def decode_payload(kind: Kind, payload: bytes) -> dict[str, Any]:
     return parse_payload(kind, payload) if fields is None else fields
 
 
+def _one_pass_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
+    """The payload of ``fields`` written in one pass and accepted by the reader's own one-pass check (the
+    kind's layout), or None when that check does not accept it (then the exact path decides).
+
+    Each value is written as its canonical text would be if it needs no
+    escape: an integer in decimal, a string between quotes. A text the layout
+    matches is the canonical encoding of exactly the kind's keys with values
+    of their types, and its fields are the values written; anything else (a
+    bool, a quote or backslash in a note, a missing or extra key) does not
+    match, so this path never accepts what the reader would not.
+    """
+    keys = KEYS[kind]
+    if len(fields) != len(keys):
+        return None
+    parts = []
+    for key, value_type in keys:
+        value = fields.get(key)
+        if type(value) is int and isinstance(value_type, Integer):
+            parts.append(f'"{key}":{value}')
+        elif type(value) is str and not isinstance(value_type, Integer):
+            parts.append(f'"{key}":"{value}"')
+        else:
+            return None
+    text = "{" + ",".join(parts) + "}"
+    if not text.isascii():
+        return None
+    payload = text.encode("ascii")
+    checked = layout(kind).fields(payload)
+    return None if checked is None else (payload, checked)
+
+
 def encode_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]]:
     """Canonical payload bytes for ``fields`` and the checked fields; refused unless the reader would accept them.
 
-    The schema check is the reader's own; the canonical bytes of a value of this
-    profile decode back to that value, so the reader sees exactly these fields.
+    The check is the reader's own: its one-pass layout for a payload written
+    in one pass, else the schema check, whose canonical bytes of a value of
+    this profile decode back to that value, so the reader sees exactly these
+    fields. A payload over the frame limit is refused either way.
     """
-    checked = check_fields(kind, dict(fields))
-    payload = strictjson.canonical(checked)
+    fast = _one_pass_payload(kind, fields)
+    if fast is not None:
+        payload, checked = fast
+    else:
+        checked = check_fields(kind, dict(fields))
+        payload = strictjson.canonical(checked)
     if len(payload) > MAX_PAYLOAD:
         raise StrictJSONError("$", f"the {kind.name} payload is {len(payload)} bytes, over the {MAX_PAYLOAD}-byte frame limit")
     return payload, checked

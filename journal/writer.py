@@ -176,15 +176,16 @@ class JournalWriter:
             writer.close()
             raise
         writer._pass(GENESIS_BEFORE_WRITE)
+        head = writer._admit(Kind.GENESIS, fields, payload, frame)
         try:
             writer._pwrite(frame, 0)
             writer._pass(GENESIS_AFTER_WRITE)
             os.fsync(fd)
             writer._pass(GENESIS_AFTER_FSYNC)
             os.fsync(dir_fd)
-        except OSError as error:
-            writer._poison(error)
-        writer._commit(Kind.GENESIS, fields, payload, frame)
+        except BaseException as error:
+            writer._interrupted(error)
+        writer._advance(head, frame)
         writer._pass(GENESIS_AFTER_DIR_FSYNC)
         return writer
 
@@ -302,6 +303,7 @@ class JournalWriter:
             self._hook(point)
 
     def _durable(self, kind: Kind, fields: Mapping[str, Any], payload: bytes, frame: bytes) -> str:
+        head = self._admit(kind, fields, payload, frame)
         try:
             if self._hook is None:
                 self._pwrite(frame, self._size)
@@ -311,23 +313,37 @@ class JournalWriter:
                 self._pwrite(frame[HEADER_BYTES:], self._size + HEADER_BYTES)
             self._pass(AFTER_WRITE)
             os.fdatasync(self._fd)
-        except OSError as error:
-            self._poison(error)
-        head = self._commit(kind, fields, payload, frame)
+        except BaseException as error:
+            self._interrupted(error)
+        self._advance(head, frame)
         self._pass(AFTER_FSYNC)
-        return head
+        return head.hex()
 
     def _pwrite(self, data: bytes, offset: int) -> None:
         written = os.pwrite(self._fd, data, offset)
         if written != len(data):
             raise OSError(errno.EIO, f"short write: {written} of {len(data)} bytes")
 
-    def _commit(self, kind: Kind, fields: Mapping[str, Any], payload: bytes, frame: bytes) -> str:
+    def _admit(self, kind: Kind, fields: Mapping[str, Any], payload: bytes, frame: bytes) -> bytes:
+        """The record's head, and the record admitted to the sequence, before it is written: done while the
+        process runs warm rather than after it wakes from the sync. Only :meth:`_advance` makes it the
+        writer's head, once the record is durable; a write or sync that fails poisons the writer, which never
+        appends again, so what it admitted early is never used."""
         head = chain_step(self._head, frame[:HEADER_BYTES], payload)
         self._sequence.admit(kind, dict(fields), head.hex())
+        return head
+
+    def _advance(self, head: bytes, frame: bytes) -> None:
         self._head = head
         self._size += len(frame)
-        return head.hex()
+
+    def _interrupted(self, error: BaseException) -> None:
+        """Between a record's admission and its sync: a failed write or sync poisons the writer (J5); anything
+        else that stops it there (a test's simulated crash) leaves it unusable too, then goes on."""
+        if isinstance(error, OSError):
+            self._poison(error)
+        self._poisoned = f"interrupted before the record was durable ({type(error).__name__})"
+        raise error
 
     def _poison(self, error: OSError) -> None:
         self._poisoned = error.strerror or str(error)
