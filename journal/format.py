@@ -344,7 +344,10 @@ class Layout:
 
     def fields(self, payload: bytes) -> dict[str, Any] | None:
         """The payload's fields when it matches, else None (the exact path then decides)."""
-        text = payload.decode("latin-1")
+        return self.fields_of_text(payload.decode("latin-1"))
+
+    def fields_of_text(self, text: str) -> dict[str, Any] | None:
+        """The same check of a payload already held as text (each byte one character)."""
         if "\\" in text or text.count('"') != self.quotes:
             return None
         match = self.pattern.fullmatch(text)
@@ -399,24 +402,27 @@ def _one_pass_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dic
     bool, a quote or backslash in a note, a missing or extra key) does not
     match, so this path never accepts what the reader would not.
     """
-    keys = KEYS[kind]
-    if len(fields) != len(keys):
+    plan = _writing_plan(kind)
+    if len(fields) != len(plan):
         return None
     parts = []
-    for key, value_type in keys:
+    for key, prefix, integer in plan:
         value = fields.get(key)
-        if type(value) is int and isinstance(value_type, Integer):
-            parts.append(f'"{key}":{value}')
-        elif type(value) is str and not isinstance(value_type, Integer):
-            parts.append(f'"{key}":"{value}"')
+        if type(value) is (int if integer else str):
+            parts.append(f"{prefix}{value}" if integer else f'{prefix}"{value}"')
         else:
             return None
     text = "{" + ",".join(parts) + "}"
     if not text.isascii():
         return None
-    payload = text.encode("ascii")
-    checked = layout(kind).fields(payload)
-    return None if checked is None else (payload, checked)
+    checked = layout(kind).fields_of_text(text)
+    return None if checked is None else (text.encode("ascii"), checked)
+
+
+@functools.cache
+def _writing_plan(kind: Kind) -> tuple[tuple[str, str, bool], ...]:
+    """Each key of a kind in payload order: its name, its text up to the value, and whether it is an integer."""
+    return tuple((key, f'"{key}":', isinstance(value_type, Integer)) for key, value_type in KEYS[kind])
 
 
 def encode_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]]:

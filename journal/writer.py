@@ -330,7 +330,7 @@ class JournalWriter:
         writer's head, once the record is durable; a write or sync that fails poisons the writer, which never
         appends again, so what it admitted early is never used."""
         head = chain_step(self._head, frame[:HEADER_BYTES], payload)
-        self._sequence.admit(kind, dict(fields), head.hex())
+        self._sequence.admit(kind, fields, head.hex())
         return head
 
     def _advance(self, head: bytes, frame: bytes) -> None:
