@@ -22,6 +22,7 @@ from journal.format import Kind
 from sandbox_support import contained, processes_of  # noqa: F401
 from steward import client
 from steward.client import SessionEnded
+from steward.failure import SandboxFailure
 from steward.stateroot import StateRoot
 from steward.wire import CLIENT, Endpoint
 from steward_support import ENV, TRUE, kinds, last_of, sealed_reading
@@ -74,6 +75,39 @@ def test_sigterm_during_a_ninety_second_case_retires_the_session_in_time(tmp_pat
     assert last_of(reading, Kind.RETIRED).fields["note"] == "session=SHUTDOWN diagnostic=SHUTDOWN"
     assert "stopped: every open session was retired" in log
     assert processes_of(*sandbox_ids) == []
+
+
+def test_sigterm_answers_a_start_waiting_for_the_lease_and_boots_nothing_more(tmp_path, sandbox_ids):
+    """A START that waits for the dedicated UID's lease when SIGTERM arrives is answered at once ("the steward
+    is stopping") instead of booting a sandbox for a session that is about to be retired; both sessions are
+    retired as SHUTDOWN, and the waiting one's journal holds no sandbox at all."""
+    with running_daemon(tmp_path, sandbox_ids, settings="stop_seconds = 30\n") as daemon:
+        holder = client.connect(daemon.socket).open_session("attempt-holder")
+        waiter = client.connect(daemon.socket).open_session("attempt-waiter")
+        holder.start_sandbox()
+        answers = {}
+
+        def start() -> None:
+            try:
+                waiter.start_sandbox()
+                answers["started"] = True
+            except SandboxFailure as failure:
+                answers["failure"] = str(failure)
+
+        running = threading.Thread(target=lambda: answers.update(outcome=_run(holder, ["/bin/sleep", "90"], 120_000)))
+        running.start()
+        wait_for(lambda: _running(sandbox_ids[0], "sleep"))
+        starting = threading.Thread(target=start)
+        starting.start()
+        time.sleep(0.5)
+        assert daemon.stop(timeout=60) == 0, daemon.text()
+        running.join(30)
+        starting.join(30)
+    assert answers.get("failure") == "the steward is stopping; it starts nothing new", answers
+    reading = sealed_reading(daemon.state, waiter.stage_id)
+    roles = {record.fields["role"] for record in reading.records if record.kind is Kind.PROCESS_INTENT}
+    assert roles == {"helper"}, "a sandbox was booted for a session being retired"
+    assert last_of(reading, Kind.RETIRED).fields["note"] == "session=SHUTDOWN diagnostic=SHUTDOWN"
 
 
 def test_sigterm_names_a_session_it_cannot_retire_in_time_and_exits_1(tmp_path, sandbox_ids, casebox):
