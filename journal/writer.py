@@ -132,6 +132,7 @@ class JournalWriter:
         self._name = name
         self._sequence = sequence
         self._head = head
+        self._head_hex = head.hex()
         self._size = size
         self._clock = clock
         self._hook = hook
@@ -176,7 +177,7 @@ class JournalWriter:
             writer.close()
             raise
         writer._pass(GENESIS_BEFORE_WRITE)
-        head = writer._admit(Kind.GENESIS, fields, payload, frame)
+        head, head_hex = writer._admit(Kind.GENESIS, fields, payload, frame)
         try:
             writer._pwrite(frame, 0)
             writer._pass(GENESIS_AFTER_WRITE)
@@ -185,7 +186,7 @@ class JournalWriter:
             os.fsync(dir_fd)
         except BaseException as error:
             writer._interrupted(error)
-        writer._advance(head, frame)
+        writer._advance(head, head_hex, frame)
         writer._pass(GENESIS_AFTER_DIR_FSYNC)
         return writer
 
@@ -246,7 +247,7 @@ class JournalWriter:
     @property
     def head(self) -> str:
         """The digest after the last durable record, as 64 lowercase hex digits."""
-        return self._head.hex()
+        return self._head_hex
 
     @property
     def size(self) -> int:
@@ -283,7 +284,7 @@ class JournalWriter:
         self._usable()
         if kind is Kind.GENESIS:
             raise Refused(kind.name, "is written only by create")
-        full = {**fields, "prev": self._head.hex(), time_key(kind): self._clock()}
+        full = {**fields, "prev": self._head_hex, time_key(kind): self._clock()}
         try:
             payload, checked = encode_payload(kind, full)
             frame = encode_frame(kind, payload)
@@ -303,7 +304,7 @@ class JournalWriter:
             self._hook(point)
 
     def _durable(self, kind: Kind, fields: Mapping[str, Any], payload: bytes, frame: bytes) -> str:
-        head = self._admit(kind, fields, payload, frame)
+        head, head_hex = self._admit(kind, fields, payload, frame)
         try:
             if self._hook is None:
                 self._pwrite(frame, self._size)
@@ -315,26 +316,27 @@ class JournalWriter:
             os.fdatasync(self._fd)
         except BaseException as error:
             self._interrupted(error)
-        self._advance(head, frame)
+        self._advance(head, head_hex, frame)
         self._pass(AFTER_FSYNC)
-        return head.hex()
+        return head_hex
 
     def _pwrite(self, data: bytes, offset: int) -> None:
         written = os.pwrite(self._fd, data, offset)
         if written != len(data):
             raise OSError(errno.EIO, f"short write: {written} of {len(data)} bytes")
 
-    def _admit(self, kind: Kind, fields: Mapping[str, Any], payload: bytes, frame: bytes) -> bytes:
-        """The record's head, and the record admitted to the sequence, before it is written: done while the
-        process runs warm rather than after it wakes from the sync. Only :meth:`_advance` makes it the
-        writer's head, once the record is durable; a write or sync that fails poisons the writer, which never
-        appends again, so what it admitted early is never used."""
+    def _admit(self, kind: Kind, fields: Mapping[str, Any], payload: bytes, frame: bytes) -> tuple[bytes, str]:
+        """The record's head (and its hex), and the record admitted to the sequence, before it is written:
+        done while the process runs warm rather than after it wakes from the sync. Only :meth:`_advance`
+        makes it the writer's head, once the record is durable; a write or sync that fails poisons the
+        writer, which never appends again, so what it admitted early is never used."""
         head = chain_step(self._head, frame[:HEADER_BYTES], payload)
-        self._sequence.admit(kind, fields, head.hex())
-        return head
+        head_hex = head.hex()
+        self._sequence.admit(kind, fields, head_hex)
+        return head, head_hex
 
-    def _advance(self, head: bytes, frame: bytes) -> None:
-        self._head = head
+    def _advance(self, head: bytes, head_hex: str, frame: bytes) -> None:
+        self._head, self._head_hex = head, head_hex
         self._size += len(frame)
 
     def _interrupted(self, error: BaseException) -> None:
