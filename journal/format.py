@@ -346,11 +346,14 @@ class Layout:
         """The payload's fields when it matches, else None (the exact path then decides)."""
         return self.fields_of_text(payload.decode("latin-1"))
 
-    def fields_of_text(self, text: str) -> dict[str, Any] | None:
-        """The same check of a payload already held as text (each byte one character)."""
+    def _match(self, text: str) -> re.Match | None:
         if "\\" in text or text.count('"') != self.quotes:
             return None
-        match = self.pattern.fullmatch(text)
+        return self.pattern.fullmatch(text)
+
+    def fields_of_text(self, text: str) -> dict[str, Any] | None:
+        """The same check of a payload already held as text (each byte one character)."""
+        match = self._match(text)
         if match is None:
             return None
         fields = match.groupdict()
@@ -360,6 +363,12 @@ class Layout:
                 return None
             fields[key] = value
         return fields
+
+    def admits(self, text: str, fields: Mapping[str, Any]) -> bool:
+        """Whether ``text``, written from ``fields`` with each value as its canonical text, is their canonical
+        payload: the same match as :meth:`fields`, and each integer of ``fields`` within its bounds (the
+        match then says the text holds exactly these values, so they need not be read back out of it)."""
+        return self._match(text) is not None and all(number.admits(fields[key]) for key, number in self.integers)
 
 
 @functools.cache
@@ -402,27 +411,25 @@ def _one_pass_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dic
     bool, a quote or backslash in a note, a missing or extra key) does not
     match, so this path never accepts what the reader would not.
     """
-    plan = _writing_plan(kind)
+    template, plan = _writing_plan(kind)
     if len(fields) != len(plan):
         return None
-    parts = []
-    for key, prefix, integer in plan:
-        value = fields.get(key)
-        if type(value) is (int if integer else str):
-            parts.append(f"{prefix}{value}" if integer else f'{prefix}"{value}"')
-        else:
-            return None
-    text = "{" + ",".join(parts) + "}"
-    if not text.isascii():
+    values = tuple(fields.get(key) for key, _ in plan)
+    if any(type(value) is not wanted for value, (_, wanted) in zip(values, plan)):
         return None
-    checked = layout(kind).fields_of_text(text)
-    return None if checked is None else (text.encode("ascii"), checked)
+    text = template % values
+    if not text.isascii() or not layout(kind).admits(text, fields):
+        return None
+    return text.encode("ascii"), dict(fields)
 
 
 @functools.cache
-def _writing_plan(kind: Kind) -> tuple[tuple[str, str, bool], ...]:
-    """Each key of a kind in payload order: its name, its text up to the value, and whether it is an integer."""
-    return tuple((key, f'"{key}":', isinstance(value_type, Integer)) for key, value_type in KEYS[kind])
+def _writing_plan(kind: Kind) -> tuple[str, tuple[tuple[str, type], ...]]:
+    """A kind's payload as a %-template (an integer's text bare, a string's between quotes), and each key with
+    the Python type its value must have to be written so."""
+    plan = tuple((key, int if isinstance(value_type, Integer) else str) for key, value_type in KEYS[kind])
+    template = "{" + ",".join(f'"{key}":%s' if wanted is int else f'"{key}":"%s"' for key, wanted in plan) + "}"
+    return template, plan
 
 
 def encode_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]]:
