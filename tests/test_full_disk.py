@@ -144,7 +144,7 @@ def _verify(casebox, config: pathlib.Path, work: pathlib.Path, attempt: str):
     return casebox(
         "--config", str(config), "verify", "--bundle", str(bundle), "--sha256", sha256, "--plan", str(EXAMPLES / "plan.json"),
         "--verifier-tree", str(EXAMPLES / "verifier"), "--index", str(EXAMPLES / "index"), "--attempt", attempt,
-        "--evidence", str(work / "evidence"), "--root", "/", timeout=300,
+        "--evidence", str(work / "evidence"), "--root", "/", "--quiet", timeout=300,
     )
 
 

@@ -515,9 +515,11 @@ def test_stage_recover_removes_and_lists_what_a_killed_verify_left(world, casebo
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_verify_stopped_with_sigterm_interrupts_its_session_and_leaves_no_staging(world, tmp_path, sandbox_ids):
-    """SIGTERM (a CI job cancelled) ends verify as Ctrl-C does (exit 130) through the same cleanup paths: its
-    embedded session is retired as INTERRUPTED and sealed, and its staging directory is removed."""
+def test_a_verify_stopped_with_sigterm_leaves_no_staging_and_its_stage_retired_or_recoverable(world, tmp_path, sandbox_ids, casebox):
+    """SIGTERM (a CI job cancelled) ends verify as Ctrl-C does (exit 130): its staging directory is removed,
+    and its embedded session is retired as INTERRUPTED on the way out. Where the interrupt lands inside the
+    steward's own work (a sandbox starting), that retirement may not complete; the stage then keeps a VALID
+    journal (the writer is never left half-advanced) and recovery seals it."""
     _, config = world
     bundle, sha256 = packed(tmp_path)
     state = tmp_path / "state"
@@ -539,11 +541,19 @@ def test_a_verify_stopped_with_sigterm_interrupts_its_session_and_leaves_no_stag
         time.sleep(0.01)
     assert staging_dirs() - staged, "the verification has its staging directory"
     running.send_signal(signal.SIGTERM)
-    _, stderr = running.communicate(timeout=120)
+    _, stderr = running.communicate(timeout=300)
     assert running.returncode == 130, stderr
-    assert staging_dirs() <= staged
-    assert os.listdir(state / "stages") == []
-    (stage_id,) = os.listdir(state / "tombstones")
-    reading = read_journal((state / "tombstones" / stage_id / "journal").read_bytes())
-    assert reading.verdict == "VALID" and reading.records[-1].fields["note"] == "session=INTERRUPTED diagnostic=INTERRUPTED"
+    assert staging_dirs() <= staged, "the staging directory outlived the interrupted verification"
+    left = os.listdir(state / "stages")
+    for stage_id in left:
+        assert read_journal((state / "stages" / stage_id / "journal").read_bytes()).verdict == "VALID"
+    if left:
+        recovered = casebox("--config", str(config), "stage", "recover", "--all", "--state-root", str(state))
+        assert recovered.returncode == 0, recovered.stdout.decode()
+    else:
+        (stage_id,) = os.listdir(state / "tombstones")
+        note = read_journal((state / "tombstones" / stage_id / "journal").read_bytes()).records[-1].fields["note"]
+        assert note == "session=INTERRUPTED diagnostic=INTERRUPTED"
+    assert os.listdir(state / "stages") == [] and all(
+        (state / "tombstones" / name / "seal.json").exists() for name in os.listdir(state / "tombstones"))
     assert dedicated_processes(sandbox_ids[0]) == []
