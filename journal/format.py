@@ -368,7 +368,12 @@ class Layout:
         """Whether ``text``, written from ``fields`` with each value as its canonical text, is their canonical
         payload: the same match as :meth:`fields`, and each integer of ``fields`` within its bounds (the
         match then says the text holds exactly these values, so they need not be read back out of it)."""
-        return self._match(text) is not None and all(number.admits(fields[key]) for key, number in self.integers)
+        if self._match(text) is None:
+            return False
+        for key, number in self.integers:
+            if not number.admits(fields[key]):
+                return False
+        return True
 
 
 @functools.cache
@@ -411,11 +416,11 @@ def _one_pass_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dic
     bool, a quote or backslash in a note, a missing or extra key) does not
     match, so this path never accepts what the reader would not.
     """
-    template, plan = _writing_plan(kind)
-    if len(fields) != len(plan):
+    template, keys, types = _writing_plan(kind)
+    if len(fields) != len(keys):
         return None
-    values = tuple(fields.get(key) for key, _ in plan)
-    if any(type(value) is not wanted for value, (_, wanted) in zip(values, plan)):
+    values = tuple(map(fields.get, keys))
+    if tuple(map(type, values)) != types:
         return None
     text = template % values
     if not text.isascii() or not layout(kind).admits(text, fields):
@@ -424,12 +429,13 @@ def _one_pass_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dic
 
 
 @functools.cache
-def _writing_plan(kind: Kind) -> tuple[str, tuple[tuple[str, type], ...]]:
-    """A kind's payload as a %-template (an integer's text bare, a string's between quotes), and each key with
-    the Python type its value must have to be written so."""
-    plan = tuple((key, int if isinstance(value_type, Integer) else str) for key, value_type in KEYS[kind])
-    template = "{" + ",".join(f'"{key}":%s' if wanted is int else f'"{key}":"%s"' for key, wanted in plan) + "}"
-    return template, plan
+def _writing_plan(kind: Kind) -> tuple[str, tuple[str, ...], tuple[type, ...]]:
+    """A kind's payload as a %-template (an integer's text bare, a string's between quotes), its keys in
+    payload order, and the Python type each value must have to be written so."""
+    keys = tuple(key for key, _ in KEYS[kind])
+    types = tuple(int if isinstance(value_type, Integer) else str for _, value_type in KEYS[kind])
+    template = "{" + ",".join(f'"{key}":%s' if wanted is int else f'"{key}":"%s"' for key, wanted in zip(keys, types)) + "}"
+    return template, keys, types
 
 
 def encode_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]]:
