@@ -21,6 +21,13 @@ CONFIG_MAX_BYTES = 65_536
 DEFAULT_SANDBOX_ID = 2_000_000_000
 MAX_ID = 2**32 - 2
 GROUP_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+# The daemon's bounds (steward/server.py): setting -> (lowest, highest).
+_BOUNDED = {
+    "idle_seconds": (1, 86_400),
+    "max_connections": (1, 4_096),
+    "max_connections_per_uid": (1, 4_096),
+    "stop_seconds": (1, 3_600),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +38,10 @@ class Config:
     sandbox_gid: int = DEFAULT_SANDBOX_ID
     client_uids: tuple[int, ...] = (0,)
     socket_group: str | int = "casebox"
+    idle_seconds: int = 60
+    max_connections: int = 32
+    max_connections_per_uid: int = 8
+    stop_seconds: int = 75
     source: str = "built-in defaults"
 
     def overridden(self, **flags: object) -> "Config":
@@ -59,6 +70,11 @@ def _check(name: str, value: object, where: str) -> object:
         if type(value) not in (list, tuple) or not value or any(type(uid) is not int or not 0 <= uid <= MAX_ID for uid in value):
             raise Refused(where, "must be a non-empty list of user ids")
         return tuple(value)
+    if name in _BOUNDED:
+        low, high = _BOUNDED[name]
+        if type(value) is not int or not low <= value <= high:
+            raise Refused(where, f"must be an integer from {low} to {high}")
+        return value
     if name == "socket_group":
         if (type(value) is int and 0 <= value <= MAX_ID) or (type(value) is str and GROUP_NAME.match(value)):
             return value

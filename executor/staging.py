@@ -9,12 +9,22 @@ each is filled, its files made 0444 and the directory 0755, then opened
 once, and its descriptor is a :class:`~executor.ownership.DirectoryCapability`
 that passes F4 when the session accepts it. Nothing here runs or parses
 candidate bytes.
+
+The directory is removed on every way out of a verification; only a SIGKILL
+can leave it. So its name carries its maker's process identity
+(``casebox-staging-<pid>-<start time>-``) and its maker holds an exclusive
+``flock`` on it: :func:`remove_abandoned` (run by the next ``verify`` and by
+``stage recover``) removes every such directory of this user whose maker is
+gone and whose lock is free, and says which.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import shutil
+import stat
 import tempfile
 
 from executor import preflight
@@ -24,6 +34,8 @@ from executor.ustar import ARCHIVE_MAX_BYTES
 from journal.errors import Refused
 
 BUNDLE_NAME = "candidate.tar"
+PREFIX = "casebox-staging-"
+_NAME = re.compile(rf"{PREFIX}([0-9]+)-([0-9]+)-[A-Za-z0-9_]+\Z")
 _FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1 << 20
@@ -40,11 +52,57 @@ def _write(path: str, data: bytes) -> None:
         os.close(fd)
 
 
+def _start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat``: with the pid, which process this is (None when there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return int(file.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def remove_abandoned(directory: str | None = None) -> list[str]:
+    """Remove the staging directories of this user in ``directory`` (the temporary directory) whose maker
+    was killed: its process identity is gone and its lock is free. The paths removed."""
+    directory = directory or tempfile.gettempdir()
+    removed = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return removed
+    for name in names:
+        match = _NAME.match(name)
+        if match is None or _start_time(int(match.group(1))) == int(match.group(2)):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its lock is held: a verification still uses it
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.lexists(path):
+                removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
 class Staging:
-    """One private directory per verification; :meth:`close` removes it."""
+    """One private directory per verification, locked while it lives; :meth:`close` removes it."""
 
     def __init__(self) -> None:
-        self.path = tempfile.mkdtemp(prefix="casebox-staging-")
+        identity = f"{os.getpid()}-{_start_time(os.getpid())}-"
+        self.path = tempfile.mkdtemp(prefix=PREFIX + identity)
+        self._lock = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
 
     def _finish(self, name: str, path: str) -> DirectoryCapability:
         for directory, subdirectories, _ in os.walk(path):
@@ -95,3 +153,6 @@ class Staging:
 
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1

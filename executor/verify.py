@@ -16,7 +16,13 @@
 The session is the daemon's when its socket answers, else an embedded
 steward's (executor/sessions.py); an explicit ``--state-root`` always runs
 the steward embedded. A failure after the session opened abandons it, which
-still cleans up and retires the stage, and then re-raises.
+still cleans up and retires the stage, and then re-raises. A failure of the
+steward or its host (its state root full, the daemon stopping) ends the
+attempt with the steward's own sentence (exit 70). An interrupt (Ctrl-C, or
+SIGTERM, which the command treats as one) goes the same way out, so the
+private staging directory is removed on every path but SIGKILL; what a
+SIGKILL leaves there the next verification removes first
+(executor/staging.py).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from executor.capability import open_capability
 from executor.caseservice import CANDIDATE, RUNNER, SITE, VERIFIER, Blocked, CaseRun, CaseService, Trees, check_materializable
 from executor.config import Config
 from executor.evaluate import Expected, Report, evaluate
-from executor.frontend import read_capped
+from executor.frontend import InternalFailure, read_capped
 from executor.inside import MODULES
 from executor.ownership import CASE_SERVICE, PREPARER, DirectoryCapability, Gate
 from executor.plan import PLAN_MAX_BYTES, Case, Plan, plan_from_bytes
@@ -40,9 +46,10 @@ from executor.preparer import DEPS, Preparer, Unresolved
 from executor.receipts import Binding, dependency_step
 from executor.reporting import Progress
 from executor.shard import cases_for_shard
-from executor.staging import Staging
+from executor.staging import Staging, remove_abandoned
 from journal.errors import Refused
 from journal.format import RESERVE_START
+from steward.failure import SandboxFailure
 
 # A stage's journal holds RESERVE_START bytes before the retirement reserve (J2). Measured on the demo
 # (docs/pipeline.md, "The journal budget"): one case sandbox with its junit output costs 6,208 bytes
@@ -180,6 +187,8 @@ def _evidence_directory(path: str) -> tuple[int, bool]:
 
 def verify(config: Config, request: Attempt, *, progress: Progress, embedded: bool = False) -> Verified:
     """Run the attempt; refusals (exit 64) come before anything is written. ``embedded``: never the daemon."""
+    for path in remove_abandoned():
+        progress(f"removed {path}: a verification that was killed left it")
     plan = load_plan(request.plan)
     cases = shard_cases(plan, request.shard, config.state_root)
     progress.expect([case for _, case in cases])
@@ -205,9 +214,11 @@ def verify(config: Config, request: Attempt, *, progress: Progress, embedded: bo
         progress("preflight passed: the bundle copied privately and hashed, the evidence directory empty")
         try:
             return _attempt(config, request, plan, cases, capabilities, staging, runtime, index_fd, evidence_fd, progress, embedded)
-        except BaseException:
+        except BaseException as error:
             if made and not os.listdir(evidence_fd):
                 os.rmdir(request.evidence)
+            if isinstance(error, SandboxFailure):
+                raise InternalFailure(str(error)) from None
             raise
         finally:
             os.close(evidence_fd)

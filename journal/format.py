@@ -346,10 +346,16 @@ class Layout:
 
     def fields(self, payload: bytes) -> dict[str, Any] | None:
         """The payload's fields when it matches, else None (the exact path then decides)."""
-        text = payload.decode("latin-1")
+        return self.fields_of_text(payload.decode("latin-1"))
+
+    def _match(self, text: str) -> re.Match | None:
         if "\\" in text or text.count('"') != self.quotes:
             return None
-        match = self.pattern.fullmatch(text)
+        return self.pattern.fullmatch(text)
+
+    def fields_of_text(self, text: str) -> dict[str, Any] | None:
+        """The same check of a payload already held as text (each byte one character)."""
+        match = self._match(text)
         if match is None:
             return None
         fields = match.groupdict()
@@ -359,6 +365,17 @@ class Layout:
                 return None
             fields[key] = value
         return fields
+
+    def admits(self, text: str, fields: Mapping[str, Any]) -> bool:
+        """Whether ``text``, written from ``fields`` with each value as its canonical text, is their canonical
+        payload: the same match as :meth:`fields`, and each integer of ``fields`` within its bounds (the
+        match then says the text holds exactly these values, so they need not be read back out of it)."""
+        if self._match(text) is None:
+            return False
+        for key, number in self.integers:
+            if not number.admits(fields[key]):
+                return False
+        return True
 
 
 @functools.cache
@@ -390,14 +407,53 @@ def decode_payload(kind: Kind, payload: bytes) -> dict[str, Any]:
     return parse_payload(kind, payload) if fields is None else fields
 
 
+def _one_pass_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]] | None:
+    """The payload of ``fields`` written in one pass and accepted by the reader's own one-pass check (the
+    kind's layout), or None when that check does not accept it (then the exact path decides).
+
+    Each value is written as its canonical text would be if it needs no
+    escape: an integer in decimal, a string between quotes. A text the layout
+    matches is the canonical encoding of exactly the kind's keys with values
+    of their types, and its fields are the values written; anything else (a
+    bool, a quote or backslash in a note, a missing or extra key) does not
+    match, so this path never accepts what the reader would not.
+    """
+    template, keys, types = _writing_plan(kind)
+    if len(fields) != len(keys):
+        return None
+    values = tuple(map(fields.get, keys))
+    if tuple(map(type, values)) != types:
+        return None
+    text = template % values
+    if not text.isascii() or not layout(kind).admits(text, fields):
+        return None
+    return text.encode("ascii"), dict(fields)
+
+
+@functools.cache
+def _writing_plan(kind: Kind) -> tuple[str, tuple[str, ...], tuple[type, ...]]:
+    """A kind's payload as a %-template (an integer's text bare, a string's between quotes), its keys in
+    payload order, and the Python type each value must have to be written so."""
+    keys = tuple(key for key, _ in KEYS[kind])
+    types = tuple(int if isinstance(value_type, Integer) else str for _, value_type in KEYS[kind])
+    template = "{" + ",".join(f'"{key}":%s' if wanted is int else f'"{key}":"%s"' for key, wanted in zip(keys, types)) + "}"
+    return template, keys, types
+
+
 def encode_payload(kind: Kind, fields: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]]:
     """Canonical payload bytes for ``fields`` and the checked fields; refused unless the reader would accept them.
 
-    The schema check is the reader's own; the canonical bytes of a value of this
-    profile decode back to that value, so the reader sees exactly these fields.
+    The check is the reader's own: its one-pass layout for a payload written
+    in one pass, else the schema check, whose canonical bytes of a value of
+    this profile decode back to that value, so the reader sees exactly these
+    fields. A payload over the frame limit is refused either way.
     """
-    checked = check_fields(kind, dict(fields))
-    payload = strictjson.canonical(checked)
+    fast = _one_pass_payload(kind, fields)
+    if fast is not None:
+        payload, checked = fast
+    else:
+        checked = check_fields(kind, dict(fields))
+        payload = strictjson.canonical(checked)
     if len(payload) > MAX_PAYLOAD:
         raise StrictJSONError("$", f"the {kind.name} payload is {len(payload)} bytes, over the {MAX_PAYLOAD}-byte frame limit")
     return payload, checked

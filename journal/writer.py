@@ -2,11 +2,18 @@
 
 A journal is created once, ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to its stage
 directory's descriptor, mode 0600, with its GENESIS record; the file and then
-the directory are fsynced before :meth:`JournalWriter.create` returns. Each
-append is one ``pwrite`` of the whole frame at the end, then ``fdatasync``: a
-method returns the new head only once its record is durable. Any failed write
-or sync poisons the writer for good; it never retries, since after a failed
-fsync the kernel may already have dropped the dirty pages it would retry.
+the directory are fsynced before :meth:`JournalWriter.create` returns. Before
+the first byte is written, the whole 262,144-byte cap is reserved on disk with
+``fallocate(FALLOC_FL_KEEP_SIZE)`` (the file's size and bytes stay exactly
+what the format says), so no append up to the cap can fail for want of space
+and leave a torn frame; a journal whose cap cannot be reserved is removed
+again while it holds nothing, and :class:`Unreserved` says how much was
+needed. A reopened journal is reserved again before anything is appended.
+Each append is one ``pwrite`` of the whole frame at the end, then
+``fdatasync``: a method returns the new head only once its record is durable.
+Any failed write or sync poisons the writer for good; it never retries, since
+after a failed fsync the kernel may already have dropped the dirty pages it
+would retry.
 
 A test may pass ``hook``, called with the name of each kill point the writer
 passes (``KILL_POINTS``); with a hook, a frame is written as two pwrites so a
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import stat
 import time
@@ -26,6 +34,7 @@ from typing import Any, Callable, Mapping
 from journal.errors import Refused
 from journal.files import read_stored
 from journal.format import (
+    CAP,
     HEADER_BYTES,
     Kind,
     chain_step,
@@ -64,6 +73,39 @@ class JournalPoisoned(Exception):
     """A write or sync failed; the writer refuses every later call and the session fails closed (J5)."""
 
 
+class Unreserved(Exception):
+    """The journal's cap could not be reserved on disk (``needed`` bytes); nothing was written."""
+
+    def __init__(self, name: str, needed: int, error: OSError) -> None:
+        super().__init__(f"{name}: {needed} bytes could not be reserved on disk ({error.strerror})")
+        self.needed = needed
+        self.errno = error.errno
+        self.strerror = error.strerror
+
+
+FALLOC_FL_KEEP_SIZE = 1
+
+
+@functools.cache
+def _fallocate():
+    """libc's fallocate(2), which os does not offer with a mode (os.posix_fallocate would grow the file)."""
+    import ctypes  # only where a journal is written: readers never pay for it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, "fallocate64", None) or libc.fallocate
+    call.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    call.restype = ctypes.c_int
+    return call, ctypes.get_errno
+
+
+def reserve(fd: int, length: int = CAP) -> None:
+    """Allocate the first ``length`` bytes of ``fd`` on disk without changing its size (FALLOC_FL_KEEP_SIZE)."""
+    call, get_errno = _fallocate()
+    if call(fd, FALLOC_FL_KEEP_SIZE, 0, length) != 0:
+        number = get_errno()
+        raise OSError(number, os.strerror(number))
+
+
 def wall_clock_us() -> int:
     return time.time_ns() // 1_000
 
@@ -90,6 +132,7 @@ class JournalWriter:
         self._name = name
         self._sequence = sequence
         self._head = head
+        self._head_hex = head.hex()
         self._size = size
         self._clock = clock
         self._hook = hook
@@ -129,19 +172,21 @@ class JournalWriter:
         try:
             os.fchmod(fd, MODE)
             _lock(fd, name)
+            writer._reserve(dir_fd)
         except BaseException:
             writer.close()
             raise
         writer._pass(GENESIS_BEFORE_WRITE)
+        head, head_hex = writer._admit(Kind.GENESIS, fields, payload, frame)
         try:
             writer._pwrite(frame, 0)
             writer._pass(GENESIS_AFTER_WRITE)
             os.fsync(fd)
             writer._pass(GENESIS_AFTER_FSYNC)
             os.fsync(dir_fd)
-        except OSError as error:
-            writer._poison(error)
-        writer._commit(Kind.GENESIS, fields, payload, frame)
+        except BaseException as error:
+            writer._interrupted(error)
+        writer._advance(head, head_hex, frame)
         writer._pass(GENESIS_AFTER_DIR_FSYNC)
         return writer
 
@@ -179,14 +224,30 @@ class JournalWriter:
             os.close(fd)
             raise
         head = bytes.fromhex(reading.head)
-        return cls(fd, name, reading.sequence, head, reading.valid_bytes, clock, hook)
+        writer = cls(fd, name, reading.sequence, head, reading.valid_bytes, clock, hook)
+        try:
+            writer._reserve(None)
+        except BaseException:
+            writer.close()
+            raise
+        return writer
+
+    def _reserve(self, created_in: int | None) -> None:
+        """Reserve the cap before anything is appended; a journal this writer just created (in the directory
+        ``created_in``) and could not reserve is removed again, since it holds no byte yet."""
+        try:
+            reserve(self._fd, CAP)
+        except OSError as error:
+            if created_in is not None:
+                os.unlink(self._name, dir_fd=created_in)
+            raise Unreserved(self._name, CAP, error) from None
 
     # State
 
     @property
     def head(self) -> str:
         """The digest after the last durable record, as 64 lowercase hex digits."""
-        return self._head.hex()
+        return self._head_hex
 
     @property
     def size(self) -> int:
@@ -223,7 +284,7 @@ class JournalWriter:
         self._usable()
         if kind is Kind.GENESIS:
             raise Refused(kind.name, "is written only by create")
-        full = {**fields, "prev": self._head.hex(), time_key(kind): self._clock()}
+        full = {**fields, "prev": self._head_hex, time_key(kind): self._clock()}
         try:
             payload, checked = encode_payload(kind, full)
             frame = encode_frame(kind, payload)
@@ -243,6 +304,7 @@ class JournalWriter:
             self._hook(point)
 
     def _durable(self, kind: Kind, fields: Mapping[str, Any], payload: bytes, frame: bytes) -> str:
+        head, head_hex = self._admit(kind, fields, payload, frame)
         try:
             if self._hook is None:
                 self._pwrite(frame, self._size)
@@ -252,23 +314,38 @@ class JournalWriter:
                 self._pwrite(frame[HEADER_BYTES:], self._size + HEADER_BYTES)
             self._pass(AFTER_WRITE)
             os.fdatasync(self._fd)
-        except OSError as error:
-            self._poison(error)
-        head = self._commit(kind, fields, payload, frame)
+        except BaseException as error:
+            self._interrupted(error)
+        self._advance(head, head_hex, frame)
         self._pass(AFTER_FSYNC)
-        return head
+        return head_hex
 
     def _pwrite(self, data: bytes, offset: int) -> None:
         written = os.pwrite(self._fd, data, offset)
         if written != len(data):
             raise OSError(errno.EIO, f"short write: {written} of {len(data)} bytes")
 
-    def _commit(self, kind: Kind, fields: Mapping[str, Any], payload: bytes, frame: bytes) -> str:
+    def _admit(self, kind: Kind, fields: Mapping[str, Any], payload: bytes, frame: bytes) -> tuple[bytes, str]:
+        """The record's head (and its hex), and the record admitted to the sequence, before it is written:
+        done while the process runs warm rather than after it wakes from the sync. Only :meth:`_advance`
+        makes it the writer's head, once the record is durable; a write or sync that fails poisons the
+        writer, which never appends again, so what it admitted early is never used."""
         head = chain_step(self._head, frame[:HEADER_BYTES], payload)
-        self._sequence.admit(kind, dict(fields), head.hex())
-        self._head = head
+        head_hex = head.hex()
+        self._sequence.admit(kind, fields, head_hex)
+        return head, head_hex
+
+    def _advance(self, head: bytes, head_hex: str, frame: bytes) -> None:
+        self._head, self._head_hex = head, head_hex
         self._size += len(frame)
-        return head.hex()
+
+    def _interrupted(self, error: BaseException) -> None:
+        """Between a record's admission and its sync: a failed write or sync poisons the writer (J5); anything
+        else that stops it there (a test's simulated crash) leaves it unusable too, then goes on."""
+        if isinstance(error, OSError):
+            self._poison(error)
+        self._poisoned = f"interrupted before the record was durable ({type(error).__name__})"
+        raise error
 
     def _poison(self, error: OSError) -> None:
         self._poisoned = error.strerror or str(error)

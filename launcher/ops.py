@@ -195,7 +195,10 @@ def run(channel, fields: dict, op_cgroup: int) -> None:
     except BaseException:
         reap_all()
         raise
-    os.write(release_write, _RELEASE)
+    try:
+        os.write(release_write, _RELEASE)
+    except BrokenPipeError:
+        pass  # the op was killed before its release (the steward stopping): its end is observed below as any other
     os.close(release_write)
     released = time.monotonic()
     deadline = released + fields["timeout_ms"] / 1000

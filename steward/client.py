@@ -6,6 +6,14 @@ encoder. A REFUSED reply raises ``Refused``, FAILED raises
 ``SandboxFailure``; anything that breaks the protocol raises ``WireError``.
 This module is light (the standard library and journal/), for unprivileged
 callers.
+
+The client obeys the steward's end of a session: after a FAILED reply with
+``open`` false (the steward ended the session: idle, shutting down, its state
+root full, an internal error) it sends nothing more, and every later call
+raises :class:`SessionEnded` with the steward's own reason. The steward may
+say so before it is asked (idle, shutdown, a refused connection) and close
+the connection: a request that can no longer be sent then reads the answer
+already waiting for it.
 """
 
 from __future__ import annotations
@@ -20,11 +28,15 @@ from journal.closed import ClosedObject
 from journal.errors import Refused
 from steward import api
 from steward.failure import SandboxFailure
-from steward.wire import CLIENT, Endpoint, WireError
+from steward.wire import CLIENT, Endpoint, PeerGone, WireError
 
 
 class Unreachable(Exception):
     """No steward answers on the socket."""
+
+
+class SessionEnded(SandboxFailure):
+    """The steward ended the session (FAILED with ``open`` false); the message is its reason."""
 
 
 class RemoteSession:
@@ -37,14 +49,23 @@ class RemoteSession:
         self.journal_id = opened.journal_id
         self.attempt_id = opened.attempt_id
         self.ended = False
+        self._ended_by_steward: SessionEnded | None = None
 
     def info(self) -> api.Opened:
         return self._opened
 
     def _call(self, kind: str, body: dict, *, fds: tuple[int, ...] = (), expect_fd: bool = False) -> tuple[ClosedObject, list[int]]:
+        if self._ended_by_steward is not None:
+            raise SessionEnded(str(self._ended_by_steward))
         if self.ended:
             raise Refused("session", "is already closed")
-        return _call(self._endpoint, kind, body, fds=fds, expect_fd=expect_fd)
+        try:
+            return _call(self._endpoint, kind, body, fds=fds, expect_fd=expect_fd)
+        except SessionEnded as ended:
+            self._ended_by_steward = ended
+            self.ended = True
+            self._endpoint.sock.close()
+            raise
 
     def add_capability(self, name: str, fd: int, mount: str | None = None) -> None:
         """Send the capability; like the in-process call, this takes ownership of ``fd`` (it is closed here)."""
@@ -109,14 +130,24 @@ class RemoteSession:
         return closed
 
     def abandon(self) -> None:
-        """Go away without CLOSE: the daemon cleans up and retires the stage as UNVERIFIED."""
+        """Go away without CLOSE: the daemon cleans up and retires the stage as UNVERIFIED (if it has not already)."""
         self.ended = True
         self._endpoint.sock.close()
 
 
 def _call(endpoint: Endpoint, kind: str, body: dict, *, fds: tuple[int, ...] = (), expect_fd: bool = False):
-    seq = endpoint.send(kind, body, fds=fds)
-    reply = endpoint.receive()
+    seq = endpoint.send_seq
+    try:
+        endpoint.send(kind, body, fds=fds)
+    except PeerGone:
+        # The steward closed the connection; what it said before that (its answer to this request,
+        # sent before it was asked) is still there to read, else the receive says the peer is gone.
+        pass
+    try:
+        reply = endpoint.receive()
+    except PeerGone:
+        # It closed with this request unread: the reset is reported first, its answer comes next.
+        reply = endpoint.receive()
     try:
         if reply.re != seq:
             raise WireError(f"the reply names request {reply.re}, not {seq}")
@@ -127,9 +158,9 @@ def _call(endpoint: Endpoint, kind: str, body: dict, *, fds: tuple[int, ...] = (
             raise Refused(where, rule)
         if reply.type == "FAILED":
             reason = fields.pop_str("reason", max_bytes=8_192)
-            fields.pop_bool("open")
+            still_open = fields.pop_bool("open")
             fields.done()
-            raise SandboxFailure(reason)
+            raise SandboxFailure(reason) if still_open else SessionEnded(reason)
         if len(reply.fds) != (1 if expect_fd else 0):
             raise WireError(f"the reply to {kind} carried {len(reply.fds)} descriptors")
     except BaseException:

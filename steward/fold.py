@@ -39,11 +39,16 @@ PRIORITY: tuple[tuple[str, str], ...] = (
     ("CLEANUP_UNVERIFIED", "the cleanup evidence is UNVERIFIED, or there is none (C4)"),
     ("INTERRUPTED", "the client was interrupted and retired the session on its way out; its sandboxes were killed"),
     ("SESSION_ABANDONED", "the client went away before closing its session"),
+    ("SESSION_IDLE", "the client sent nothing for the daemon's idle timeout; the daemon ended its session"),
+    ("SHUTDOWN", "the daemon was stopped mid-session; it ended the running op and retired the session"),
     ("SESSION_RECOVERED", "the steward stopped mid-session; recovery closed it"),
     ("VERIFIED", "everything above is clean: the session is fully verified"),
 )
 CODES = tuple(code for code, _ in PRIORITY)
-SESSION_ENDINGS = {"CLOSED": None, "ABANDONED": "SESSION_ABANDONED", "RECOVERED": "SESSION_RECOVERED", "INTERRUPTED": "INTERRUPTED"}
+SESSION_ENDINGS = {
+    "CLOSED": None, "ABANDONED": "SESSION_ABANDONED", "IDLE": "SESSION_IDLE", "SHUTDOWN": "SHUTDOWN",
+    "INTERRUPTED": "INTERRUPTED", "RECOVERED": "SESSION_RECOVERED",
+}
 _HELPER_FAILURES = {
     "UNREAPED": "HELPER_UNREAPED",
     "SIGNALLED": "HELPER_SIGNALLED",

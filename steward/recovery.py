@@ -15,8 +15,13 @@ Each state converges (steward/retirement.py has the table):
 - RETIRED: seal; nothing is appended.
 - SEALED: nothing at all.
 
-A stage whose journal is missing, torn, corrupt, substituted or over the cap
-is **preserved**: its directory and journal are left exactly as they are,
+An UNBORN stage (its journal never begun: nothing in it but, at most, a
+journal holding no record) is **removed**, under the UID's lease, once the
+host holds no process of the dedicated ids and no mount under it: by J1
+nothing ran in it, and it holds no evidence.
+
+Otherwise a stage whose journal is missing, torn, corrupt, substituted or
+over the cap is **preserved**: its directory and journal are left exactly as they are,
 and only what it left on the host is removed, with no claim written
 anywhere: processes of the dedicated ids are killed and mounts under the
 stage are detached, under the UID's lease. That is a deliberate outcome
@@ -25,6 +30,10 @@ present, a symlink or foreign owner, a seal marker that does not match) needs
 an operator (exit 1). A stage whose journal a live steward holds is in use
 and is left alone. Running recovery twice is safe: every step is idempotent
 and the sealed state appends nothing.
+
+A state root with no room left stops only the stage that needed it: that
+stage is reported with the reason (``StateRoot.space_failure``) and not OK,
+and every later stage is still tried.
 """
 
 from __future__ import annotations
@@ -102,6 +111,12 @@ def remove_sandbox_residue(root: StateRoot, stage_id: str) -> list[str]:
 
 def _hygiene(root: StateRoot, area: str, stage_id: str, settings: Settings) -> helper.Response:
     """Kill processes of the dedicated ids and detach mounts under the stage, under the lease; no record is written."""
+    with root.lease(settings.uid, wait_seconds=settings.lease_seconds):
+        return _remove_and_prove(root, area, stage_id, settings)
+
+
+def _remove_and_prove(root: StateRoot, area: str, stage_id: str, settings: Settings) -> helper.Response:
+    """REMOVE_AND_PROVE in this process for what a stage left on the host; the caller holds the lease."""
     stage = root.path_of(area, stage_id)
     mounted = inventory.mount_document(inventory.read_mountinfo(), root.path, stage)["under_stage"]
     relative = sorted((entry["mount_point"][len(stage) + 1:] for entry in mounted if entry["mount_point"] != stage), reverse=True)
@@ -109,8 +124,7 @@ def _hygiene(root: StateRoot, area: str, stage_id: str, settings: Settings) -> h
         stage_id=stage_id, state_root=root.path, area=area, uid=settings.uid, gid=settings.gid,
         mounts=tuple(relative), identities=(), budget_ms=max(1, int(settings.timing.response_seconds * 500)),
     )
-    with root.lease(settings.uid, wait_seconds=settings.lease_seconds):
-        return helper.remove_and_prove(request)
+    return helper.remove_and_prove(request)
 
 
 class Recovery:
@@ -127,8 +141,21 @@ class Recovery:
         if assessment.in_use:
             return Report(stage_id, before, before, assessment.verdict, None,
                           "in use by a running steward; left alone", True)
+        try:
+            return self._converge(assessment)
+        except Exception as error:
+            sentence = self.root.space_failure(error)
+            if sentence is None:
+                raise
+            after = retirement.assess(self.root, stage_id)
+            return Report(stage_id, before, after.state, after.verdict, None, f"not finished: {sentence}", False)
+
+    def _converge(self, assessment: retirement.Assessment) -> Report:
+        stage_id, before = assessment.stage_id, assessment.state
         if before == retirement.PRESERVED:
             return self._preserved(assessment)
+        if before == retirement.UNBORN:
+            return self._unborn(assessment)
         reading = assessment.reading
         try:
             if before == retirement.SEALED:
@@ -154,6 +181,20 @@ class Recovery:
                 detail += f"; removed {len(residue)} staging file(s) and cgroup(s)"
             deliberate = deliberate and response.outcome == "CLEANED"
         return Report(assessment.stage_id, retirement.PRESERVED, retirement.PRESERVED, assessment.verdict, None, detail, deliberate)
+
+    def _unborn(self, assessment: retirement.Assessment) -> Report:
+        """Remove a stage whose journal was never begun, once nothing of it is left on the host."""
+        stage_id = assessment.stage_id
+        with self.root.lease(self.settings.uid, wait_seconds=self.settings.lease_seconds):
+            response = _remove_and_prove(self.root, STAGES, stage_id, self.settings)
+            residue = remove_sandbox_residue(self.root, stage_id)
+            removed = response.outcome == "CLEANED" and retirement.remove_unborn(self.root, stage_id)
+        detail = f"{assessment.reason}; on the host {response.diagnostic}"
+        if residue:
+            detail += f"; removed {len(residue)} staging file(s) and cgroup(s)"
+        if not removed:
+            return Report(stage_id, retirement.UNBORN, retirement.UNBORN, assessment.verdict, None, f"{detail}; not removed", False)
+        return Report(stage_id, retirement.UNBORN, retirement.REMOVED, assessment.verdict, None, f"{detail}; removed", True)
 
     def _finish_active(self, stage_id: str) -> Reading:
         stage_fd = self.root.open_entry(STAGES, stage_id)

@@ -26,6 +26,14 @@ Anything else is PRESERVED and left untouched: a journal that is not VALID
 (J4: missing, torn, corrupt, substituted, over cap), a stage and a tombstone
 both present, RETIRED in a stage that was never renamed, a marker that does
 not match its journal, a symlink or a foreign owner.
+
+One stage is neither: an UNBORN stage, whose journal was never begun. It
+holds nothing but, at most, a journal with no record in it (the steward died,
+or the disk was full, between making the directory and its durable GENESIS).
+Every effect of a stage follows a durable record of it (J1), and it has none,
+so nothing can have run in it and it holds no evidence: the steward that
+made it removes it at once, and recovery removes it after proving its host
+residue gone (:func:`remove_unborn`).
 """
 
 from __future__ import annotations
@@ -45,10 +53,11 @@ from journal.reader import Reading, Verdict, read_journal
 from journal.seal import NAME as SEAL_NAME
 from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
 from launcher import syscalls as sc
-from steward import inventory
+from steward import fold, inventory
 from steward.stateroot import STAGES, TOMBSTONES, StateRoot
 
 ACTIVE, INTENT, RENAMED, RETIRED, SEALED, PRESERVED = "ACTIVE", "INTENT", "RENAMED", "RETIRED", "SEALED", "PRESERVED"
+UNBORN, REMOVED = "UNBORN", "REMOVED"
 FILE_MODE = 0o444
 DIRECTORY_MODE = 0o555
 
@@ -64,7 +73,7 @@ KILL_POINTS = (
     AFTER_RETIREMENT_INTENT, BEFORE_RENAME, AFTER_RENAME, AFTER_TOMBSTONES_FSYNC, AFTER_STAGES_FSYNC,
     AFTER_RETIRED, AFTER_SEAL_MODES, AFTER_SEAL_MARKER,
 )
-_NOTE = re.compile(r"session=(CLOSED|ABANDONED|INTERRUPTED|RECOVERED) diagnostic=([A-Z_]+)\Z")
+_NOTE = re.compile(rf"session=({'|'.join(fold.SESSION_ENDINGS)}) diagnostic=([A-Z_]+)\Z")
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -210,6 +219,45 @@ def journal_in_use(directory_fd: int) -> bool:
         os.close(fd)
 
 
+def _unborn(directory_fd: int, shown: str) -> Reading | None:
+    """The reading of a stage directory's journal when the stage is UNBORN (nothing in it but, at most, a
+    journal holding no record), else None."""
+    names = os.listdir(directory_fd)
+    if any(name != JOURNAL_NAME for name in names):
+        return None
+    reading = read_journal(_read_entry(directory_fd, JOURNAL_NAME, CAP + 1, f"{shown}/{JOURNAL_NAME}"))
+    if reading.records or reading.verdict not in (Verdict.MISSING, Verdict.TORN):
+        return None
+    return reading
+
+
+def remove_unborn(root: StateRoot, stage_id: str) -> bool:
+    """Remove ``stages/<id>`` if it is UNBORN (checked again here); whether it was removed.
+
+    The caller holds the dedicated UID's lease, as the steward does while it
+    makes a stage, so a stage still being made is never taken for one.
+    """
+    try:
+        fd = root.open_entry(STAGES, stage_id)
+    except (OSError, Refused):
+        return False
+    try:
+        if _unborn(fd, root.path_of(STAGES, stage_id)) is None or journal_in_use(fd):
+            return False
+        try:
+            os.unlink(JOURNAL_NAME, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(stage_id, dir_fd=root.area(STAGES))
+    except OSError:
+        return False  # something appeared in it after all; it stays for recovery to judge
+    os.fsync(root.area(STAGES))
+    return True
+
+
 def _exists(root: StateRoot, area: str, stage_id: str) -> bool:
     try:
         os.stat(stage_id, dir_fd=root.area(area), follow_symlinks=False)
@@ -235,12 +283,17 @@ def assess(root: StateRoot, stage_id: str) -> Assessment:
         shown = root.path_of(area, stage_id)
         in_use = journal_in_use(fd)
         try:
+            unborn = _unborn(fd, shown) if in_stages else None
             data = _read_entry(fd, JOURNAL_NAME, CAP + 1, f"{shown}/{JOURNAL_NAME}")
             marker_bytes = None if in_stages else _read_entry(fd, SEAL_NAME, SEAL_MAX_BYTES, f"{shown}/{SEAL_NAME}")
         except Refused as refusal:
             return Assessment(stage_id, location, PRESERVED, "", refusal.sentence(), in_use=in_use)
     finally:
         os.close(fd)
+    if unborn is not None:
+        why = (f"its journal was never begun ({unborn.verdict}, no record): nothing can have run in it (J1), "
+               "so recovery removes it")
+        return Assessment(stage_id, location, UNBORN, str(unborn.verdict), why, unborn, None, in_use)
     marker = None
     if marker_bytes is not None:
         try:

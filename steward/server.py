@@ -2,23 +2,49 @@
 
 It listens on a Unix SOCK_SEQPACKET socket (mode 0660 with the group
 ``socket_group``, by default ``casebox``, when that group exists, else 0600,
-root only), authenticates each peer with
-SO_PEERCRED against ``client_uids``, and serves one session per connection,
-each in its own thread, through the same :class:`~steward.session.Session`
-the embedded mode uses. A refused peer and every protocol failure are
-logged on stderr. A client that disconnects before CLOSE abandons its
-session: it is cleaned up and retired as UNVERIFIED. With ``NOTIFY_SOCKET``
-set it tells systemd ``READY=1`` once it listens. SIGTERM or SIGINT stops
-accepting, abandons the sessions still open and exits 0.
+root only), authenticates each peer with SO_PEERCRED against
+``client_uids``, and serves one session per connection through the same
+:class:`~steward.session.Session` the embedded mode uses.
+
+One thread, the selector loop, accepts, reads every request, counts idle
+time and refuses: a connection costs a descriptor, not a thread, until its
+first request. From then on the session has a thread of its own that runs
+its requests in order and finally retires it: a sandbox's pid 1 is that
+thread's child and gets its parent-death signal when that thread ends
+(prctl(2)), so the thread lives exactly as long as the session. Bounded:
+
+- connections are capped per client uid (``max_connections_per_uid``) and in
+  total (``max_connections``; root's are not counted, so root is always
+  served); beyond a cap, and for a uid not in ``client_uids``, the client is
+  answered REFUSED at once and the connection closed;
+- a connection that sends nothing for ``idle_seconds`` between requests is
+  ended: before OPEN it is closed, after it its session is retired as
+  UNVERIFIED (SESSION_IDLE), and the dedicated UID's lease it held is free;
+- with no descriptor left, a spare one is given up to refuse the connection,
+  so the loop never spins on a listener it cannot accept from.
+
+A session that ends without CLOSE is told why first: FAILED with ``open``
+false in answer to the request its client would send next. A refused peer and
+every protocol failure are logged on stderr. With ``NOTIFY_SOCKET`` set it
+tells systemd ``READY=1`` once it listens.
+
+SIGTERM or SIGINT: stop accepting and remove the socket; end each running op
+(SIGKILL, so pid 1 reports its raw wait status as for any op); retire every
+open session as UNVERIFIED (SHUTDOWN). :func:`serve` returns 0 once all are
+retired within ``stop_seconds``, else it names each one left in the log and
+returns 1.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import errno
 import grp
 import os
+import queue
+import resource
 import selectors
 import signal
 import socket
@@ -31,18 +57,51 @@ import traceback
 from journal import strictjson
 from journal.closed import ClosedObject
 from journal.errors import SENTENCE_LIMIT, Refused
+from journal.format import RESERVE_START, Kind, encode_frame, encode_payload
 from journal.untrusted import escape
 from steward import api
 from steward.failure import SandboxFailure
-from steward.session import Session, Steward
-from steward.wire import SOCKET_BUFFER, STEWARD, Endpoint, WireError, peer_credentials
+from steward.session import MAX_CAPABILITIES, Session, Steward
+from steward.wire import SOCKET_BUFFER, STEWARD, Endpoint, Message, WireError, peer_credentials
 
 SOCKET_GROUP = "casebox"
-BACKLOG = 16
-STOP_SECONDS = 60.0
-REFUSAL_SECONDS = 5.0
+BACKLOG = 128
+ACCEPTS_PER_TURN = 64
+# A reply (at most 1 MiB) waits this long for room in the client's socket, then the client is taken as gone.
+SEND_SECONDS = 10.0
 _ENV_NAME = "must be a variable name of A-Z a-z 0-9 _, not starting with a digit"
 _SO_SNDBUFFORCE = 32
+ROOT = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The daemon's bounds; their defaults are the configuration's (executor/config.py, docs/configuration.md)."""
+
+    idle_seconds: float
+    max_connections: int
+    max_connections_per_uid: int
+    stop_seconds: float
+
+
+def _smallest_process_record() -> int:
+    payload, _ = encode_payload(
+        Kind.PROCESS_INTENT, {"op_id": "x", "role": "stage", "pid": 1, "starttime": 0, "pgid": 1, "prev": "0" * 64, "at": 0}
+    )
+    return len(encode_frame(Kind.PROCESS_INTENT, payload))
+
+
+# What one session may hold open at once: its socket, its stage's five directories and its journal, its
+# capabilities, the lease, a /proc handle for every process its journal has room to record (C2), and an open
+# sandbox or helper with its pipes, sockets and pidfds.
+SESSION_DESCRIPTORS = 1 + 6 + MAX_CAPABILITIES + 1 + RESERVE_START // _smallest_process_record() + 32
+# The daemon's own: standard streams, the listener, the selector, its pipes, the spare, libraries.
+BASE_DESCRIPTORS = 64
+
+
+def descriptors_needed(bounds: Bounds) -> int:
+    """The descriptor limit the bounds need: every connection they admit (root's beside the total) at its most."""
+    return BASE_DESCRIPTORS + (bounds.max_connections + bounds.max_connections_per_uid) * SESSION_DESCRIPTORS
 
 
 def log(text: str) -> None:
@@ -90,8 +149,29 @@ def _environment(fields: ClosedObject) -> dict[str, str]:
     return values
 
 
+@dataclasses.dataclass(frozen=True)
+class Ending:
+    """Why a session's thread stops taking requests: ABANDONED, IDLE or SHUTDOWN, and what its client is told."""
+
+    ending: str
+    reason: str
+
+
+def _turn_away(sock: socket.socket, kind: str, body: dict) -> None:
+    """Answer the first request (seq 0) before it is even sent, then close: nothing is read and nothing waits;
+    the client reads the answer when its OPEN cannot be sent. REFUSED for a uid that may not connect, FAILED
+    (``open`` false) for a connection over a cap."""
+    try:
+        sock.setblocking(False)
+        Endpoint(sock, STEWARD).send(kind, body, re=0)
+    except (WireError, OSError):
+        pass
+    finally:
+        sock.close()
+
+
 class Connection:
-    """One client's connection: at most one session, driven by its requests in order."""
+    """One client's connection: at most one session, driven by its requests in order on the session's thread."""
 
     def __init__(self, server: "Server", sock: socket.socket, peer: tuple[int, int, int]) -> None:
         self.server = server
@@ -99,38 +179,84 @@ class Connection:
         self.peer = peer
         self.endpoint = Endpoint(sock, STEWARD)
         self.session: Session | None = None
+        self.inbox: queue.SimpleQueue | None = None
+        self.thread: threading.Thread | None = None
+        # The selector loop's own: whether it waits for the next request, and since when.
+        self.waiting = False
+        self.idle_since = time.monotonic()
+        # None while the session's thread runs; then "retired", or why it could not be.
+        self.outcome: str | None = None
 
     def describe(self) -> str:
         pid, uid, gid = self.peer
         return f"client pid {pid} uid {uid} gid {gid}"
 
-    def serve(self) -> None:
+    def tell(self, reason: str) -> None:
+        """FAILED with ``open`` false in answer to the request the client would send next: why it ends."""
         try:
-            while self._one():
-                pass
-        except WireError as error:
-            if self.session is None or not self.session.ended:
-                log(f"{self.describe()}: {error}")
-        finally:
-            self._end()
+            self.endpoint.send("FAILED", {"reason": reason, "open": False}, re=self.endpoint.recv_seq)
+        except WireError:
+            pass
 
-    def _end(self) -> None:
-        session = self.session
-        if session is not None and not session.ended:
-            log(f"{self.describe()} left stage {session.stage_id} before CLOSE; cleaning up and retiring it as UNVERIFIED")
-            try:
-                closed = session.abandon()
-                log(f"stage {closed.stage_id} retired: {closed.cleanup}, {closed.diagnostic}")
-            except Exception as error:  # the stage stays for `casebox stage recover`
-                log(f"abandoning stage {session.stage_id} failed: {type(error).__name__}: {error}; run casebox stage recover")
+    def close(self) -> None:
         try:
             self.sock.close()
         except OSError:
             pass
 
-    def _one(self) -> bool:
+    # -- the session's thread -------------------------------------------------
+
+    def start(self, first: Message) -> None:
+        self.inbox = queue.SimpleQueue()
+        self.inbox.put(first)
+        self.thread = threading.Thread(target=self._work, name=f"casebox-client-{self.peer[0]}", daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        ending = Ending("ABANDONED", "")
+        try:
+            while True:
+                item = self.inbox.get()
+                if isinstance(item, Ending):
+                    ending = item
+                    break
+                if not self.handle(item):
+                    break
+                self.server.notice(self, ready=True)
+        except WireError as error:
+            if self.session is None or not self.session.ended:
+                log(f"{self.describe()}: {error}")
+        except Exception as error:  # the session is still retired below; the daemon goes on
+            log(f"{self.describe()}: {type(error).__name__}: {error}\n{traceback.format_exc()}")
+        finally:
+            try:
+                self._end(ending)
+            finally:
+                self.close()
+                self.server.notice(self, ready=False)
+
+    def _end(self, ending: Ending) -> None:
+        session = self.session
+        if session is None or session.ended:
+            if self.outcome is None:
+                self.outcome = "retired"
+            return
+        if ending.ending == "ABANDONED":
+            log(f"{self.describe()} left stage {session.stage_id} before CLOSE; cleaning up and retiring it as UNVERIFIED")
+        else:
+            self.tell(ending.reason)
+            log(f"{self.describe()}: stage {session.stage_id}: {ending.reason}")
+        try:
+            closed = session.end(ending.ending)
+        except Exception as error:  # the stage stays for `casebox stage recover`
+            self.outcome = f"{type(error).__name__}: {error}"
+            log(f"ending stage {session.stage_id} failed: {self.outcome}; run casebox stage recover")
+            return
+        self.outcome = "retired"
+        log(f"stage {closed.stage_id} retired: {closed.cleanup}, {closed.diagnostic}")
+
+    def handle(self, message: Message) -> bool:
         """Serve one request; False once the connection is finished."""
-        message = self.endpoint.receive()
         handler = getattr(self, f"_do_{message.type.lower()}")
         if (self.session is None) != (message.type == "OPEN") or (self.session is not None and self.session.ended):
             message.close_fds()
@@ -143,8 +269,11 @@ class Connection:
             self.endpoint.send("REFUSED", {"where": refusal.where, "rule": refusal.rule}, re=message.seq)
             return True
         except SandboxFailure as failure:
-            self.endpoint.send("FAILED", {"reason": str(failure), "open": not self.session.ended}, re=message.seq)
-            return not self.session.ended
+            still = self.session is not None and not self.session.ended
+            if not still and self.session is not None:
+                self.outcome = str(failure)
+            self.endpoint.send("FAILED", {"reason": str(failure), "open": still}, re=message.seq)
+            return still
         except Exception as error:
             log(f"{self.describe()}: {message.type} failed: {type(error).__name__}: {error}\n{traceback.format_exc()}")
             self.endpoint.send("FAILED", {"reason": f"internal error: {type(error).__name__}: {error}", "open": False}, re=message.seq)
@@ -232,6 +361,7 @@ class Connection:
     def _do_close(self, fields: ClosedObject, fds: list[int]):
         fields.done()
         closed = self.session.close(fds[0] if fds else None)
+        self.outcome = "retired"
         log(f"{self.describe()} closed stage {closed.stage_id}: {closed.cleanup}, {closed.diagnostic}")
         return closed.to_wire(), ()
 
@@ -249,21 +379,6 @@ def _check_socket_directory(directory: str) -> None:
         )
 
 
-def _refuse(connection: Connection) -> None:
-    """Answer a peer whose uid is not allowed: REFUSED to its first request, then close; nothing else is read."""
-    sock = connection.sock
-    try:
-        sock.settimeout(REFUSAL_SECONDS)
-        request = connection.endpoint.receive()
-        request.close_fds()
-        rule = f"{connection.peer[1]} is not allowed to use this steward (client_uids)"
-        connection.endpoint.send("REFUSED", {"where": "client uid", "rule": rule}, re=request.seq)
-    except (WireError, OSError):
-        pass
-    finally:
-        sock.close()
-
-
 def socket_gid(group: str | int) -> int | None:
     """The gid that may connect to the socket: ``group`` as a gid, or the gid of the group so named (None if none)."""
     if type(group) is int:
@@ -274,21 +389,39 @@ def socket_gid(group: str | int) -> int | None:
         return None
 
 
+def raise_descriptor_limit(needed: int) -> int:
+    """Raise the soft RLIMIT_NOFILE towards ``needed`` (as far as the hard limit allows); the limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        soft = wanted
+    return soft
+
+
 class Server:
-    """The listening socket and its connections."""
+    """The listening socket, the selector loop and the connections; every method but :meth:`notice` and
+    :meth:`stop` runs on the loop's thread."""
 
     def __init__(
-        self, steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], socket_group: str | int = SOCKET_GROUP,
+        self, steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], bounds: Bounds,
+        socket_group: str | int = SOCKET_GROUP,
     ) -> None:
         self.steward = steward
         self.socket_path = socket_path
         self.client_uids = frozenset(client_uids)
         self.socket_group = socket_group
+        self.bounds = bounds
         self.listener: socket.socket | None = None
         self.connections: set[Connection] = set()
-        self.threads: set[threading.Thread] = set()
-        self._lock = threading.Lock()
+        self.per_uid: dict[int, int] = {}
+        self._selector = selectors.DefaultSelector()
         self._stop_read, self._stop_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._wake_read, self._wake_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._notices: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake_lock = threading.Lock()
+        self._spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._stopping = False
 
     def listen(self) -> str:
         """Bind the socket with its access mode; a description of who may connect."""
@@ -345,84 +478,262 @@ class Server:
         except BlockingIOError:
             pass
 
-    def serve_forever(self) -> None:
-        selector = selectors.DefaultSelector()
-        selector.register(self.listener, selectors.EVENT_READ)
-        selector.register(self._stop_read, selectors.EVENT_READ)
+    def notice(self, connection: Connection, *, ready: bool) -> None:
+        """From a session's thread: its connection waits for its next request (``ready``), or it is finished."""
+        self._notices.put((connection, ready))
+        with self._wake_lock:
+            if self._wake_write is None:
+                return  # the loop has ended; a session's thread may outlive it only until the process exits
+            try:
+                os.write(self._wake_write, b"x")
+            except BlockingIOError:
+                pass  # the loop is already woken
+
+    def serve_forever(self) -> int:
+        """Serve until stop(); the exit code of the shutdown (0 when every open session was retired in time)."""
+        self.listener.setblocking(False)
+        self._selector.register(self.listener, selectors.EVENT_READ)
+        self._selector.register(self._stop_read, selectors.EVENT_READ)
+        self._selector.register(self._wake_read, selectors.EVENT_READ)
         try:
-            while True:
-                ready = {key.fileobj for key, _ in selector.select()}
-                if self._stop_read in ready:
-                    break
-                if self.listener in ready:
-                    self._accept()
+            while not self._stopping:
+                for key, _ in self._selector.select(self._timeout()):
+                    if key.fileobj is self.listener:
+                        self._accept()
+                    elif key.fileobj == self._stop_read:
+                        self._stopping = True
+                    elif key.fileobj == self._wake_read:
+                        self._take_notices()
+                    else:
+                        self._receive(key.data)
+                self._end_idle()
+            return self._shut_down()
         finally:
-            selector.close()
-            self._shut_down()
+            self.close()
+
+    def close(self) -> None:
+        """Release the loop's own descriptors (once; serve_forever does it when it returns)."""
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        self._selector.close()
+        with self._wake_lock:
+            if self._wake_write is not None:
+                for fd in (self._stop_read, self._stop_write, self._wake_read, self._wake_write):
+                    os.close(fd)
+                self._wake_write = None
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+
+    # -- connections ------------------------------------------------------------
 
     def _accept(self) -> None:
+        for _ in range(ACCEPTS_PER_TURN):
+            try:
+                sock, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as error:
+                if error.errno in (errno.EMFILE, errno.ENFILE):
+                    self._shed()
+                return
+            self._admit(sock)
+
+    def _shed(self) -> None:
+        """No descriptor is left: give up the spare to take the waiting connection and refuse it."""
+        if self._spare is None:
+            return
+        os.close(self._spare)
+        self._spare = None
         try:
             sock, _ = self.listener.accept()
         except OSError:
-            return
+            sock = None
+        if sock is not None:
+            log(f"refused client pid {peer_credentials(sock)[0]}: no descriptor is left (RLIMIT_NOFILE)")
+            reason = "the steward has no descriptor left for another connection; try again later"
+            _turn_away(sock, "FAILED", {"reason": reason, "open": False})
+        try:
+            self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._spare = None
+
+    def _admit(self, sock: socket.socket) -> None:
         peer = peer_credentials(sock)
-        if peer[1] not in self.client_uids:
-            log(f"refused client pid {peer[0]} uid {peer[1]} gid {peer[2]}: uid {peer[1]} is not in client_uids")
-            target = _refuse
-        else:
-            target = self._run
+        pid, uid, gid = peer
+        if uid not in self.client_uids:
+            log(f"refused client pid {pid} uid {uid} gid {gid}: uid {uid} is not in client_uids")
+            rule = f"{uid} is not allowed to use this steward (client_uids)"
+            _turn_away(sock, "REFUSED", {"where": "client uid", "rule": rule})
+            return
+        reason = self._over_cap(uid)
+        if reason is not None:
+            log(f"refused client pid {pid} uid {uid} gid {gid}: {reason}")
+            _turn_away(sock, "FAILED", {"reason": reason, "open": False})
+            return
         try:
             sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, SOCKET_BUFFER)
         except OSError:
             pass
+        sock.settimeout(SEND_SECONDS)
         connection = Connection(self, sock, peer)
-        thread = threading.Thread(target=target, args=(connection,), name=f"casebox-client-{peer[0]}", daemon=True)
-        with self._lock:
-            self.connections.add(connection)
-            self.threads.add(thread)
-        thread.start()
+        self.connections.add(connection)
+        self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
+        self._wait_for_request(connection)
 
-    def _run(self, connection: Connection) -> None:
+    def _over_cap(self, uid: int) -> str | None:
+        """Why one more connection from ``uid`` would pass a cap, or None to admit it (root's never count
+        against max_connections, so root is always served)."""
+        bounds = self.bounds
+        if self.per_uid.get(uid, 0) >= bounds.max_connections_per_uid:
+            return (
+                f"uid {uid} already has {bounds.max_connections_per_uid} connections to this steward "
+                "(max_connections_per_uid); try again once one has ended"
+            )
+        others = sum(count for owner, count in self.per_uid.items() if owner != ROOT)
+        if uid != ROOT and others >= bounds.max_connections:
+            return (
+                f"the steward already serves {bounds.max_connections} connections (max_connections); "
+                "try again once one has ended"
+            )
+        return None
+
+    def _wait_for_request(self, connection: Connection) -> None:
+        connection.waiting = True
+        connection.idle_since = time.monotonic()
+        self._selector.register(connection.sock, selectors.EVENT_READ, connection)
+
+    def _busy(self, connection: Connection) -> None:
+        if connection.waiting:
+            self._selector.unregister(connection.sock)
+            connection.waiting = False
+
+    def _forget(self, connection: Connection) -> None:
+        self._busy(connection)
+        connection.close()
+        if connection in self.connections:
+            self.connections.discard(connection)
+            uid = connection.peer[1]
+            self.per_uid[uid] -= 1
+            if not self.per_uid[uid]:
+                del self.per_uid[uid]
+
+    def _receive(self, connection: Connection) -> None:
+        self._busy(connection)
         try:
-            connection.serve()
-        finally:
-            with self._lock:
-                self.connections.discard(connection)
-                self.threads.discard(threading.current_thread())
+            message = connection.endpoint.receive()
+        except WireError as error:
+            log(f"{connection.describe()}: {error}")
+            if connection.thread is None:
+                self._forget(connection)
+            else:
+                connection.inbox.put(Ending("ABANDONED", str(error)))
+            return
+        if connection.thread is None:
+            connection.start(message)
+        else:
+            connection.inbox.put(message)
 
-    def _shut_down(self) -> None:
-        if self.listener is not None:
-            self.listener.close()
-            self.listener = None
-            try:
-                os.unlink(self.socket_path)
-            except FileNotFoundError:
+    def _take_notices(self) -> None:
+        try:
+            while os.read(self._wake_read, 4096):
                 pass
-        with self._lock:
-            connections, threads = list(self.connections), list(self.threads)
-        for connection in connections:
+        except BlockingIOError:
+            pass
+        while True:
             try:
-                connection.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        deadline = time.monotonic() + STOP_SECONDS
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        os.close(self._stop_read)
-        os.close(self._stop_write)
+                connection, ready = self._notices.get_nowait()
+            except queue.Empty:
+                return
+            if not ready:
+                self._forget(connection)
+            elif not self._stopping and connection in self.connections:
+                self._wait_for_request(connection)
+
+    def _timeout(self) -> float | None:
+        waiting = [connection.idle_since for connection in self.connections if connection.waiting]
+        if not waiting:
+            return None
+        return max(0.0, min(waiting) + self.bounds.idle_seconds - time.monotonic())
+
+    def _end_idle(self) -> None:
+        now = time.monotonic()
+        idle = self.bounds.idle_seconds
+        for connection in [each for each in self.connections if each.waiting and now - each.idle_since >= idle]:
+            self._busy(connection)
+            if connection.thread is None:
+                log(f"{connection.describe()} sent nothing for {idle:g} s (idle_seconds); closed")
+                connection.tell(f"the connection sent nothing for {idle:g} s (idle_seconds); the steward closed it")
+                self._forget(connection)
+            else:
+                connection.inbox.put(Ending(
+                    "IDLE",
+                    f"the session sent nothing for {idle:g} s (idle_seconds); the steward ended it and retires its "
+                    "stage as UNVERIFIED (SESSION_IDLE)",
+                ))
+
+    # -- stopping ---------------------------------------------------------------
+
+    def _shut_down(self) -> int:
+        """Stop accepting, end every running op, retire every open session; 0 only if all were retired in time."""
+        self._selector.unregister(self.listener)
+        self.listener.close()
+        self.listener = None
+        try:
+            os.unlink(self.socket_path)
+        except FileNotFoundError:
+            pass
+        self.steward.stopping.set()
+        deadline = time.monotonic() + self.bounds.stop_seconds
+        reason = ("the steward is shutting down; it ended the running op, if any, and retires this session as "
+                  "UNVERIFIED (SHUTDOWN)")
+        open_sessions = []
+        for connection in list(self.connections):
+            self._busy(connection)
+            if connection.thread is None:
+                connection.tell("the steward is shutting down")
+                self._forget(connection)
+                continue
+            if connection.session is not None:
+                connection.session.halt()
+            connection.inbox.put(Ending("SHUTDOWN", reason))
+            open_sessions.append(connection)
+        left = []
+        for connection in open_sessions:
+            connection.thread.join(max(0.0, deadline - time.monotonic()))
+            if connection.thread.is_alive():
+                left.append((connection, f"was not retired within {self.bounds.stop_seconds:g} s (stop_seconds)"))
+            elif connection.outcome != "retired":
+                left.append((connection, f"could not be retired: {connection.outcome}"))
+        for connection, why in left:
+            stage = connection.session.stage_id if connection.session is not None else "(none yet)"
+            log(f"stage {stage} of {connection.describe()} {why}; casebox stage recover --all finishes it")
+        return 0 if not left else 1
 
 
-def serve(steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], socket_group: str | int = SOCKET_GROUP) -> int:
-    """Run the daemon until SIGTERM or SIGINT; the exit code."""
-    server = Server(steward, socket_path=socket_path, client_uids=client_uids, socket_group=socket_group)
+def serve(
+    steward: Steward, *, socket_path: str, client_uids: tuple[int, ...], bounds: Bounds, socket_group: str | int = SOCKET_GROUP,
+) -> int:
+    """Run the daemon until SIGTERM or SIGINT; the exit code (0 when every open session was retired in time)."""
+    server = Server(steward, socket_path=socket_path, client_uids=client_uids, socket_group=socket_group, bounds=bounds)
     access = server.listen()
+    needed = descriptors_needed(bounds)
+    limit = raise_descriptor_limit(needed)
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: server.stop())
-    log(f"serving on {socket_path} ({access}); state root {steward.settings.state_root}; client uids {sorted(client_uids)}")
+    log(
+        f"serving on {socket_path} ({access}); state root {steward.settings.state_root}; client uids {sorted(client_uids)}; "
+        f"at most {bounds.max_connections_per_uid} connections per uid and {bounds.max_connections} in all besides root's, "
+        f"idle after {bounds.idle_seconds:g} s"
+    )
+    if limit != resource.RLIM_INFINITY and limit < needed:
+        log(f"the descriptor limit is {limit}, below the {needed} these connection caps may need; raise LimitNOFILE")
     notify("READY=1")
+    code = 1
     try:
-        server.serve_forever()
+        code = server.serve_forever()
     finally:
         notify("STOPPING=1")
-        log("stopped")
-    return 0
+        log("stopped: every open session was retired" if code == 0 else "stopped with sessions left for recovery")
+    return code

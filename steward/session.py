@@ -17,13 +17,20 @@ starter's intent ledger, and every record is durable before its effect. A
 absence can later be proved without a wait call (C2). Every capability is a
 close-once object (C9): the session owns each descriptor it accepted and
 closes each exactly once, when the session ends.
+
+A state root with no room (a full disk or quota, or a journal cap that cannot
+be reserved) fails the call that needed it with one sentence saying so
+(``StateRoot.space_failure``), as a :class:`SandboxFailure`; the journal
+itself never runs out, since its cap is reserved when it is created.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import secrets
+import signal
 import stat
 import threading
 from typing import Callable, Sequence
@@ -33,13 +40,17 @@ from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
 from journal.format import CAP, NETWORK_SANDBOX_SUFFIX, check_id
 from journal.seal import NAME as SEAL_NAME
-from journal.writer import JournalWriter
+from journal.writer import JournalWriter, Unreserved
 from steward import api, attempts, cleanup, dedicated, documents, outputs, procfs, retirement
 from steward.api import Limits
 from steward.failure import SandboxFailure
 from steward.stateroot import STAGES, TOMBSTONES, Lease, StateRoot, make_directory_at, open_directory_at
 
 EVIDENCE = "evidence"
+# Each capability is a descriptor the session holds until it ends; the daemon's descriptor budget counts them.
+MAX_CAPABILITIES = 32
+# How a session ends without its client's CLOSE (steward/fold.py gives each its diagnostic).
+ENDINGS = ("ABANDONED", "IDLE", "SHUTDOWN", "INTERRUPTED")
 AFTER_STAGE_DIRECTORY = "after_stage_directory"
 AFTER_PROCESS_INTENT = "after_process_intent"
 AFTER_MOUNT_INTENT = "after_mount_intent"
@@ -50,6 +61,23 @@ DEFAULT_OUTPUT_INODES = 16_384
 MAX_OUTPUT_BYTES = 8 << 30
 
 Hook = Callable[[str], None]
+
+
+def _room_checked(method):
+    """A state root with no room fails the call with its one sentence (a SandboxFailure), never a bare OSError."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (OSError, Unreserved) as error:
+            sentence = self.root.space_failure(error)
+            if sentence is None:
+                raise
+            raise SandboxFailure(sentence) from None
+
+    return call
+
 # F4's one capability predicate: it gets each accepted descriptor and the name it will have, and
 # raises Refused for a directory that must not enter a sandbox. The composition root injects it.
 CapabilityCheck = Callable[[int, str], None]
@@ -74,6 +102,10 @@ class SessionLedger:
         self.handles: dict[str, procfs.ProcessHandle] = {}
         self.identities: dict[str, tuple[int, int, int]] = {}
         self.terminal_heads: dict[str, str] = {}
+        # The op that runs now (recorded, no terminal yet), and whether the steward wants every op ended.
+        self._running: str | None = None
+        self._halted = False
+        self._guard = threading.Lock()
 
     @property
     def head(self) -> str:
@@ -92,6 +124,12 @@ class SessionLedger:
             raise
         self.handles[op_id] = handle
         self.identities[op_id] = (pid, starttime, pgid)
+        if role == "descendant":
+            with self._guard:
+                self._running = op_id
+                halted = self._halted
+            if halted:
+                self._kill(op_id)
         self._pass(AFTER_PROCESS_INTENT)
         return head
 
@@ -101,7 +139,37 @@ class SessionLedger:
     def process_terminal(self, op_id: str, wait_status: int, reaper: str) -> str:
         head = self.writer.process_terminal(op_id, wait_status, reaper)
         self.terminal_heads[op_id] = head
+        with self._guard:
+            if self._running == op_id:
+                self._running = None
         return head
+
+    def halt(self) -> None:
+        """End the op that runs now, and any op recorded from now on, with SIGKILL (safe from another thread).
+
+        Its end is observed as any other: pid 1 kills what the op left, reaps
+        it and reports its raw wait status, which PROCESS_TERMINAL records.
+        """
+        with self._guard:
+            self._halted = True
+            running = self._running
+        if running is not None:
+            self._kill(running)
+
+    def _kill(self, op_id: str) -> None:
+        """SIGKILL the recorded process through a pidfd, once its ``/proc`` handle shows it is still that process."""
+        pid = self.identities[op_id][0]
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        try:
+            if not self.handles[op_id].gone():
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(pidfd)
 
     def descendants_terminal(self, op_id: str, count: int) -> str:
         return self.writer.descendants_terminal(op_id, count)
@@ -157,6 +225,8 @@ class Steward:
         self.capability_check = capability_check
         self.hook = hook
         self.root = StateRoot.open(settings.state_root)
+        # Set when the daemon stops: a wait for the dedicated UID's lease then ends, and nothing new starts.
+        self.stopping = threading.Event()
 
     def open_session(self, attempt_id: str, *, client_uid: int | None = None, single: bool = False) -> "Session":
         """A new stage and journal for ``attempt_id``; refused while a live process uses the dedicated ids (S6).
@@ -168,9 +238,17 @@ class Steward:
         """
         check_id(attempt_id, "attempt_id")
         settings = self.settings
-        with self.root.lease(settings.uid, wait_seconds=settings.lease_seconds):
-            dedicated.require_unused(settings.uid, settings.gid)
-        session = Session(self, attempt_id, client_uid)
+        try:
+            with self.root.lease(settings.uid, wait_seconds=settings.lease_seconds, stop=self.stopping):
+                dedicated.require_unused(settings.uid, settings.gid)
+                # Made under the lease: recovery removes a stage whose journal was never begun only under it, so
+                # it never takes a stage this steward is still creating for one.
+                session = Session(self, attempt_id, client_uid)
+        except Exception as error:
+            sentence = self.root.space_failure(error)
+            if sentence is None:
+                raise
+            raise SandboxFailure(sentence) from None
         session.single = single
         return session
 
@@ -219,13 +297,21 @@ class Session:
             )
         except BaseException:
             os.close(self.stage_fd)
+            # No GENESIS is durable, so nothing can have run in it (J1): the stage goes again at once.
+            retirement.remove_unborn(self.root, self.stage_id)
             raise
         self.ledger = SessionLedger(self.writer, self.hook)
-        self.documents_fd = self._subdirectory(documents.DOCUMENTS)
-        self.live_fd = self._subdirectory(outputs.LIVE)
-        self.outputs_fd = self._subdirectory(outputs.OUTPUTS)
-        self.evidence_fd = self._subdirectory(EVIDENCE)
-        os.fsync(self.stage_fd)
+        self.documents_fd = self.live_fd = self.outputs_fd = self.evidence_fd = -1
+        try:
+            self.documents_fd = self._subdirectory(documents.DOCUMENTS)
+            self.live_fd = self._subdirectory(outputs.LIVE)
+            self.outputs_fd = self._subdirectory(outputs.OUTPUTS)
+            self.evidence_fd = self._subdirectory(EVIDENCE)
+            os.fsync(self.stage_fd)
+        except BaseException:
+            # The journal is begun, so the stage stays (ACTIVE) for recovery; only our descriptors go.
+            self._release()
+            raise
 
     # -- helpers -------------------------------------------------------------
 
@@ -259,6 +345,8 @@ class Session:
             api.check_name(name, "capability name")
             if name in self.capabilities or name in self.live or name in self.sealed:
                 raise Refused(f"capability {name}", "is a name this session already uses")
+            if len(self.capabilities) >= MAX_CAPABILITIES:
+                raise Refused(f"capability {name}", f"would be more than {MAX_CAPABILITIES} capabilities in one session")
             if mount is not None:
                 api.check_mount(mount, f"capability {name} mount")
                 if mount in self.mounts.values():
@@ -273,6 +361,7 @@ class Session:
         if mount is not None:
             self.mounts[name] = mount
 
+    @_room_checked
     def create_output(self, name: str, *, max_bytes: int = DEFAULT_OUTPUT_BYTES, max_inodes: int = DEFAULT_OUTPUT_INODES) -> None:
         """A writable output the next sandbox fills at /out/NAME: a capped tmpfs in the stage (J1 for its mount)."""
         self._usable()
@@ -287,6 +376,7 @@ class Session:
         )
         self.live[name] = True
 
+    @_room_checked
     def seal_output(self, name: str) -> api.Sealed:
         """Seal an output no sandbox holds: a root-owned read-only copy with its inventory digest; unmount the tmpfs."""
         self._usable()
@@ -319,6 +409,7 @@ class Session:
             raise Refused(f"output {name}", "is not a sealed output of this session")
         return outputs.open_sealed(self.outputs_fd, name)
 
+    @_room_checked
     def publish(self, name: str, data: bytes) -> None:
         """Store an evidence file (a receipt) in the stage, created once (E4); it travels with the tombstone."""
         self._usable()
@@ -333,6 +424,7 @@ class Session:
 
     # -- sandboxes ----------------------------------------------------------------
 
+    @_room_checked
     def start_sandbox(
         self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(), network: str = api.LOOPBACK,
     ) -> api.Ready:
@@ -356,7 +448,7 @@ class Session:
             if name not in self.live:
                 raise Refused(f"write {name}", "is not an unsealed output of this session")
         opened: list[int] = []
-        lease = self.root.lease(self.settings.uid, wait_seconds=self.settings.lease_seconds)
+        lease = self.root.lease(self.settings.uid, wait_seconds=self.settings.lease_seconds, stop=self.steward.stopping)
         try:
             capabilities, mounts = [], []
             for name in read:
@@ -414,6 +506,7 @@ class Session:
         if sandbox.outer_pgid:
             self.outer.append((sandbox.id, sandbox.outer_pgid, bool(sandbox.outer_absent)))
 
+    @_room_checked
     def run(
         self,
         argv: Sequence[str],
@@ -443,6 +536,7 @@ class Session:
             filter_digest=sandbox.ready["filter_digest"].hex(),
         )
 
+    @_room_checked
     def close_sandbox(self) -> str:
         """Shut the open sandbox down: its pid 1 and outer group are reaped and claimed (C3); the journal head."""
         self._usable()
@@ -466,6 +560,7 @@ class Session:
 
     # -- the end --------------------------------------------------------------------
 
+    @_room_checked
     def close(self, evidence_fd: int | None = None) -> api.Closed:
         """Cleanup, CLEANUP_EVIDENCE, retirement into a sealed tombstone, then the export into ``evidence_fd``.
 
@@ -485,18 +580,36 @@ class Session:
 
     def abandon(self) -> api.Closed:
         """The client went away: clean up and retire all the same; the session is UNVERIFIED (SESSION_ABANDONED)."""
+        return self.end("ABANDONED")
+
+    @_room_checked
+    def end(self, ending: str) -> api.Closed:
+        """End the session without its client's CLOSE: cleaned up and retired all the same, UNVERIFIED.
+
+        ``ending`` is ABANDONED (the client went away), IDLE (it sent
+        nothing for the daemon's idle timeout), SHUTDOWN (the daemon
+        stopped) or INTERRUPTED (an embedded client was interrupted);
+        steward/fold.py gives each its diagnostic.
+        """
+        if ending not in ENDINGS:
+            raise ValueError(f"{ending!r} is not one of {ENDINGS}")
         try:
-            return self._end("ABANDONED")
+            return self._end(ending)
         finally:
             self._close_single()
 
     def interrupt(self) -> api.Closed:
         """The client was interrupted (SIGINT, SIGTERM) and ends the session on its way out: clean up and
         retire all the same; the session is UNVERIFIED (INTERRUPTED), never read as a failed proof."""
-        try:
-            return self._end("INTERRUPTED")
-        finally:
-            self._close_single()
+        return self.end("INTERRUPTED")
+
+    def halt(self) -> None:
+        """The daemon is stopping: SIGKILL the op that runs now, and any op started after (from another thread).
+
+        The one call that may come while another call runs; the op's own end
+        is then observed, recorded and reported as always.
+        """
+        self.ledger.halt()
 
     def _close_single(self) -> None:
         """An embedded steward exists for its one session: close it once the session has ended (after the export)."""
@@ -515,13 +628,7 @@ class Session:
             self._usable()
             self.ended = True
         try:
-            if self.sandbox is not None:
-                try:
-                    self.sandbox.close()
-                finally:
-                    self._closed_sandbox()
-            for name in list(self.live):
-                self._unmount(name)
+            self._take_down()
             result = cleanup.Cleaner(
                 root=self.root, area=STAGES, stage_id=self.stage_id, stage_fd=self.stage_fd,
                 documents_fd=self.documents_fd, writer=self.ledger, uid=self.settings.uid, gid=self.settings.gid,
@@ -542,13 +649,33 @@ class Session:
             diagnostic=result.diagnostic, exported=(),
         )
 
+    def _take_down(self) -> None:
+        """Close the open sandbox and unmount every unsealed output, each attempted whatever failed before it
+        (an unmount still records its intent first, J1); then the first failure is raised."""
+        failures: list[BaseException] = []
+        if self.sandbox is not None:
+            try:
+                self.sandbox.close()
+            except Exception as error:
+                failures.append(error)
+            finally:
+                self._closed_sandbox()
+        for name in list(self.live):
+            try:
+                self._unmount(name)
+            except Exception as error:
+                failures.append(error)
+        if failures:
+            raise failures[0]
+
     def _release(self) -> None:
         """Close every descriptor the session owns, each exactly once."""
         for fd in self.capabilities.values():
             os.close(fd)
         self.capabilities = {}
         for fd in (self.documents_fd, self.live_fd, self.outputs_fd, self.evidence_fd, self.stage_fd):
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         self.documents_fd = self.live_fd = self.outputs_fd = self.evidence_fd = self.stage_fd = -1
         self.ledger.close()
         self.writer.close()
@@ -566,8 +693,15 @@ class Session:
                 os.close(stored)
         finally:
             os.close(tombstone)
-        for name, data in contents:
-            publish_once(evidence_fd, name, data, mode=0o444, shown=f"evidence directory/{name}")
+        try:
+            for name, data in contents:
+                publish_once(evidence_fd, name, data, mode=0o444, shown=f"evidence directory/{name}")
+        except OSError as error:
+            # The client's directory, not the state root: the stage itself is sealed by now.
+            raise SandboxFailure(
+                f"the evidence could not be written into the evidence directory ({error.strerror}); the sealed "
+                f"tombstone {self.root.path_of(TOMBSTONES, self.stage_id)} holds it all"
+            ) from None
         return tuple(name for name, _ in contents)
 
 

@@ -22,9 +22,12 @@ import errno
 import fcntl
 import os
 import stat
+import threading
 import time
 
 from journal.errors import Refused
+from journal.writer import Unreserved
+from steward.failure import SandboxFailure
 
 STAGING = "staging"
 STAGES = "stages"
@@ -34,6 +37,7 @@ AREAS = (STAGING, STAGES, TOMBSTONES, LOCKS)
 DIRECTORY_MODE = 0o700
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LEASE_POLL_SECONDS = 0.02
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def check_root_owned(fd: int, shown: str, *, private: bool = False) -> os.stat_result:
@@ -175,8 +179,39 @@ class StateRoot:
         """The names in one area, sorted; what each is gets checked when it is opened."""
         return sorted(os.listdir(self._areas[area]))
 
-    def lease(self, uid: int, *, wait_seconds: float) -> Lease:
-        """Take the lease on ``uid``, waiting at most ``wait_seconds`` for another session to release it."""
+    def free_bytes(self) -> int:
+        """What the state root's filesystem still gives root (blocks reserved for root included), for a message."""
+        usage = os.statvfs(self.path)
+        return usage.f_bfree * usage.f_frsize
+
+    def space_failure(self, error: BaseException) -> str | None:
+        """The sentence for a failure that means the state root has no room, or None for any other failure.
+
+        One rule for every place that writes into the state root (the session, recovery): a full disk or
+        quota (ENOSPC, EDQUOT), or a journal whose cap could not be reserved.
+        """
+        if isinstance(error, Unreserved):
+            if error.errno in NO_SPACE:
+                return (
+                    f"the steward's state root {self.path} is full: a stage's journal needs {error.needed:,} bytes "
+                    f"reserved on disk and {self.free_bytes():,} are free ({error.strerror}); free space there"
+                )
+            return (
+                f"the steward's state root {self.path} cannot reserve the {error.needed:,} bytes a stage's journal "
+                f"needs ({error.strerror}); put the state root on a filesystem that supports fallocate"
+            )
+        if isinstance(error, OSError) and error.errno in NO_SPACE:
+            return (
+                f"the steward's state root {self.path} is full ({error.strerror}; {self.free_bytes():,} bytes free); "
+                "free space there, then run casebox stage recover --all"
+            )
+        return None
+
+    def lease(self, uid: int, *, wait_seconds: float, stop: threading.Event | None = None) -> Lease:
+        """Take the lease on ``uid``, waiting at most ``wait_seconds`` for another session to release it.
+
+        ``stop``: an event that ends the wait when set (the daemon stopping): then no new sandbox starts.
+        """
         name = f"uid-{uid}"
         shown = self.path_of(LOCKS, name)
         try:
@@ -201,7 +236,10 @@ class StateRoot:
                             f"is leased by another session for more than {wait_seconds:g} s; one session at a time "
                             "runs sandboxes as a dedicated UID (try again, or configure another sandbox_uid)",
                         ) from None
-                    time.sleep(_LEASE_POLL_SECONDS)
+                    if stop is None:
+                        time.sleep(_LEASE_POLL_SECONDS)
+                    elif stop.wait(_LEASE_POLL_SECONDS):
+                        raise SandboxFailure("the steward is stopping; it starts nothing new")
         except BaseException:
             os.close(fd)
             raise

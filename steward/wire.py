@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import errno
 import os
 import socket
 import struct
@@ -46,6 +47,11 @@ REPLIES = {"OK": (0, 1), "REFUSED": (0,), "FAILED": (0,)}
 
 class WireError(Exception):
     """The peer broke the protocol or the connection failed; the connection ends."""
+
+
+class PeerGone(WireError):
+    """The peer closed the connection: a send failed, or a receive was reset because the peer closed with our
+    message unread. What the peer sent before it closed is still there for the next receive."""
 
 
 @dataclasses.dataclass
@@ -115,7 +121,8 @@ class Endpoint:
         try:
             sent = self.sock.sendmsg([data], ancillary)
         except OSError as error:
-            raise WireError(f"sending {kind} failed: {error.strerror}") from None
+            failure = PeerGone if error.errno in (errno.EPIPE, errno.ECONNRESET) else WireError
+            raise failure(f"sending {kind} failed: {error.strerror}") from None
         if sent != len(data):
             raise WireError(f"{kind} was sent short")
         self.send_seq += 1
@@ -129,7 +136,8 @@ class Endpoint:
                 MAX_MESSAGE + 1, socket.CMSG_SPACE(4 * (MAX_FDS + 1)), socket.MSG_CMSG_CLOEXEC
             )
         except OSError as error:
-            raise WireError(f"receiving failed: {error.strerror}") from None
+            failure = PeerGone if error.errno == errno.ECONNRESET else WireError
+            raise failure(f"receiving failed: {error.strerror}") from None
         fds: list[int] = []
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:

@@ -31,7 +31,8 @@ def test_a_full_file_is_read(tmp_path):
     path = write(
         tmp_path,
         'state_root = "/srv/casebox/"\nsocket = "/run/cb.sock"\nsandbox_uid = 3000000000\n'
-        "sandbox_gid = 3000000001\nclient_uids = [0, 1000]\n",
+        "sandbox_gid = 3000000001\nclient_uids = [0, 1000]\nidle_seconds = 5\nmax_connections = 4\n"
+        "max_connections_per_uid = 2\nstop_seconds = 30\n",
     )
     loaded = config.load(str(path))
     assert loaded == Config(
@@ -40,6 +41,10 @@ def test_a_full_file_is_read(tmp_path):
         sandbox_uid=3_000_000_000,
         sandbox_gid=3_000_000_001,
         client_uids=(0, 1000),
+        idle_seconds=5,
+        max_connections=4,
+        max_connections_per_uid=2,
+        stop_seconds=30,
         source=str(path),
     )
     assert loaded.as_dict()["client_uids"] == [0, 1000]
@@ -84,6 +89,11 @@ def test_a_bad_default_file_is_refused_not_ignored(tmp_path, monkeypatch):
         ("client_uids = [true]\n", "client_uids", "must be a non-empty list"),
         ('client_uids = ["0"]\n', "client_uids", "must be a non-empty list"),
         ("client_uids = 0\n", "client_uids", "must be a non-empty list"),
+        ("idle_seconds = 0\n", "idle_seconds", "must be an integer from 1 to 86400"),
+        ("idle_seconds = 1.5\n", "idle_seconds", "must be an integer"),
+        ("max_connections = true\n", "max_connections", "must be an integer from 1 to 4096"),
+        ("max_connections_per_uid = 4097\n", "max_connections_per_uid", "must be an integer from 1 to 4096"),
+        ('stop_seconds = "75"\n', "stop_seconds", "must be an integer from 1 to 3600"),
     ],
 )
 def test_unknown_keys_and_wrong_types_are_refused_naming_the_key(tmp_path, text, key, rule):

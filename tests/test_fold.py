@@ -33,6 +33,8 @@ TRIGGERS = [
     ("CLEANUP_UNVERIFIED", dict(cleanup="UNVERIFIED")),
     ("INTERRUPTED", dict(ending="INTERRUPTED")),
     ("SESSION_ABANDONED", dict(ending="ABANDONED")),
+    ("SESSION_IDLE", dict(ending="IDLE")),
+    ("SHUTDOWN", dict(ending="SHUTDOWN")),
     ("SESSION_RECOVERED", dict(ending="RECOVERED")),
 ]
 
@@ -125,3 +127,22 @@ def test_a_sandbox_without_an_outer_claim_is_unproven():
     reading = _journal(("launcher", 0), ("namespace", 0))
     assert cleanup.journal_diagnostic(reading, "CLOSED", True, []) == "OUTER_UNPROVEN"
     assert cleanup.journal_diagnostic(reading, "CLOSED", True, [("sb", 100, True)]) == "VERIFIED"
+
+
+def test_every_way_a_session_ends_is_a_retirement_note_recovery_reads_back():
+    """C5, C7: each ending the session and recovery write (and its diagnostic) parses back from the note, so
+    `stage list` and `stage recover` name it; an ending the fold does not know is refused by the session."""
+    import pytest
+
+    from steward import retirement
+    from steward.session import ENDINGS
+
+    for ending in (*ENDINGS, "CLOSED", "RECOVERED"):
+        code = fold.diagnostic(outcomes(ending=ending))
+        assert retirement.parse_note(retirement.note(ending, code)) == (ending, code)
+    assert set(ENDINGS) < set(fold.SESSION_ENDINGS)
+    assert retirement.parse_note("session=LOST diagnostic=VERIFIED") is None
+    with pytest.raises(ValueError):
+        from steward.session import Session
+
+        Session.end(object.__new__(Session), "CLOSED")

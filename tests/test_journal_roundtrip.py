@@ -136,3 +136,74 @@ def test_random_ledger_sequences_round_trip(data, length, start, retire):
     decoded = [(record.kind, {k: v for k, v in record.fields.items() if k not in ("prev", "at")}) for record in reading.records[1:]]
     assert decoded == player.appended
     assert [record.digest for record in reading.records] == player.heads
+
+
+def _exact(kind: Kind, fields: dict):
+    """The schema path alone: the reader's field check, then RFC 8785 bytes (or the refusal it raises)."""
+    from journal import strictjson
+    from journal.errors import Refused
+    from journal.format import check_fields
+
+    try:
+        checked = check_fields(kind, dict(fields))
+    except Refused as refusal:
+        return refusal.sentence()
+    return strictjson.canonical(checked), checked
+
+
+def _values(value_type):
+    """Values for one schema type: mostly of its kind and range, sometimes just outside, sometimes another type."""
+    from journal.format import Integer, OneOf, Sha256
+
+    if isinstance(value_type, Integer):
+        typed = st.integers(max(0, value_type.low - 2), min(value_type.high + 2, 2**53))
+    elif isinstance(value_type, OneOf):
+        typed = st.one_of(st.sampled_from(value_type.members), st.from_regex(r"[ -~]{0,8}", fullmatch=True))
+    elif isinstance(value_type, Sha256):
+        typed = st.one_of(digests, st.from_regex(r"[0-9a-fA-F]{63,65}", fullmatch=True))
+    else:
+        typed = st.one_of(ids, targets, notes, st.from_regex(r'[ -~]{0,12}["\\][ -~]{0,4}', fullmatch=True))
+    return st.one_of(typed, typed, typed, st.booleans(), st.none(), st.text(max_size=6), st.integers(-3, 3))
+
+
+@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from([kind for kind in Kind]), data=st.data())
+def test_the_one_pass_writer_encodes_exactly_what_the_schema_path_would(kind, data):
+    """J3, D2: the writer's one-pass payload (each value written as its canonical text, then the reader's
+    one-pass layout check) gives the same bytes and fields as the schema path whenever it accepts, and accepts
+    nothing the schema path refuses; what it declines (an escape, a wrong type) is left to the schema path."""
+    from journal.format import KEYS, _one_pass_payload
+
+    fields = {key: data.draw(_values(value_type)) for key, value_type in KEYS[kind]}
+    if data.draw(st.integers(0, 9)) == 0:
+        fields.pop(data.draw(st.sampled_from(sorted(fields))))
+    elif data.draw(st.integers(0, 9)) == 0:
+        fields["extra"] = 1
+    fast = _one_pass_payload(kind, fields)
+    exact = _exact(kind, fields)
+    if fast is not None:
+        assert fast == exact
+    elif not isinstance(exact, str):
+        assert b"\\" in exact[0], "the one-pass path declines only what needs an escape, or what is refused"
+
+
+def test_the_one_pass_writer_takes_every_ordinary_record():
+    """Every record the steward writes in the ordinary way (no escape needed) takes the one-pass path."""
+    from journal.format import _one_pass_payload
+
+    reading = read_journal(golden("every_kind.bin"))
+    assert reading.verdict is Verdict.VALID and reading.records
+    for record in reading.records:
+        fast = _one_pass_payload(record.kind, record.fields)
+        assert fast == (record.payload, record.fields), record.kind
+
+
+@given(note=st.from_regex(r'[ -~]*["\\][ -~]*', fullmatch=True))
+def test_a_note_that_needs_an_escape_is_written_escaped_by_the_schema_path(note):
+    """D2: a quote or backslash in a note has one canonical form, escaped; the one-pass path never writes it."""
+    from journal.format import _one_pass_payload, encode_payload
+
+    fields = {"note": note, "prev": "a" * 64, "at": 1}
+    assert _one_pass_payload(Kind.RETIRED, fields) is None
+    payload, checked = encode_payload(Kind.RETIRED, fields)
+    assert (payload, checked) == _exact(Kind.RETIRED, fields)

@@ -267,3 +267,67 @@ def test_reopen_refuses_wrong_mode_link_or_symlink(stage):
     os.symlink("real", path)
     with pytest.raises(Refused, match="symlink"):
         JournalWriter.reopen(stage[1], "journal", stage_id="s-1")
+
+
+def test_create_reserves_the_whole_cap_on_disk_without_changing_the_file(stage):
+    """J2, J5: the cap is allocated before GENESIS (FALLOC_FL_KEEP_SIZE): the file's size is exactly its frames,
+    so its bytes are exactly what the format says, and every append up to the cap already has its space."""
+    with create(stage) as writer:
+        info = os.stat(stage[0] / "journal")
+        assert info.st_size == writer.size
+        assert info.st_blocks * 512 >= CAP
+        assert read_journal(stored(stage)).verdict is Verdict.VALID
+
+
+@pytest.mark.root
+def test_a_reserved_journal_takes_every_record_up_to_its_cap_on_a_full_disk(tmp_path):
+    """J2, J5: once created, a journal never runs out of disk: with no byte left on its filesystem, records up
+    to the reserve and both retirement records still land whole, and the journal reads VALID, never TORN."""
+    from disk_support import fill, small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", 1 << 20) as disk:
+        fd = os.open(disk, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            writer = JournalWriter.create(fd, "journal", **IDS)
+            fill(disk)
+            number = 0
+            while writer.size + MAX_FRAME <= RESERVE_START:
+                number += 1
+                writer.mount_intent(f"m{number}", "/" + "x" * 3_900, "tmpfs")
+            writer.retirement_intent("n" * 3_900)
+            writer.retired("n" * 3_900)
+            writer.close()
+            reading = read_journal((disk / "journal").read_bytes())
+            assert reading.verdict is Verdict.VALID and len(reading.records) == number + 3
+        finally:
+            os.close(fd)
+
+
+@pytest.mark.root
+def test_a_journal_whose_cap_cannot_be_reserved_is_never_begun(tmp_path):
+    """J5: where the cap does not fit, create says how much it needed and leaves nothing behind (no empty file
+    that would read TORN); a reopen that cannot reserve appends nothing."""
+    from disk_support import fill, small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", 1 << 20) as disk:
+        fd = os.open(disk, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            first = JournalWriter.create(fd, "kept", **IDS)
+            first.close()
+            fill(disk)
+            with pytest.raises(journal.writer.Unreserved) as raised:
+                JournalWriter.create(fd, "journal", **IDS)
+            assert raised.value.needed == CAP and raised.value.errno == 28
+            assert sorted(os.listdir(disk)) == ["filler", "kept"]
+            # A journal made before reservation existed (its blocks given back), on a full disk: never appended to.
+            data = (disk / "kept").read_bytes()
+            os.unlink(disk / "kept")
+            (disk / "filler").write_bytes(b"")
+            (disk / "kept").write_bytes(data)
+            os.chmod(disk / "kept", 0o600)
+            fill(disk)
+            with pytest.raises(journal.writer.Unreserved):
+                JournalWriter.reopen(fd, "kept", stage_id="s-1")
+            assert (disk / "kept").read_bytes() == data
+        finally:
+            os.close(fd)

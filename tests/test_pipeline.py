@@ -393,6 +393,7 @@ def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(t
     """C5 for the client: a session that cannot go on is still cleaned up and retired (abandoned), never left open."""
     import executor.verify as verification
     from executor.config import Config
+    from executor.frontend import InternalFailure
     from executor.verify import Attempt, verify
     from steward.failure import SandboxFailure
 
@@ -414,7 +415,7 @@ def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(t
         verifier_tree=str(tmp_path / "verifier"), attempt_id="run-1", evidence=str(tmp_path / "evidence"),
         index=str(REPO / "examples" / "index"),
     )
-    with pytest.raises(SandboxFailure):
+    with pytest.raises(InternalFailure, match="^the host refused the output mount$"):
         verify(Config(state_root=str(tmp_path / "state")), request, progress=Progress(quiet=True))
     assert calls == ["abandon"] and not (tmp_path / "evidence").exists()
     assert set(session.capabilities) == {"verifier", "index", "bundle", "tools"}

@@ -304,3 +304,62 @@ def test_sealing_refuses_anything_but_files_and_directories(tmp_path, kind):
             retirement._seal_tree(fd, str(tree))
     finally:
         os.close(fd)
+
+
+def _unborn_stage(state_path: str, name: str = "0123456789abcdef") -> pathlib.Path:
+    stage = pathlib.Path(state_path) / STAGES / name
+    stage.mkdir(mode=0o700)
+    return stage
+
+
+@pytest.mark.parametrize("journal, verdict", [(None, "MISSING"), (b"", "TORN"), (b"\x00\x00\x00\xad\x00\x01\x01\x00{\"att", "TORN")])
+def test_a_stage_whose_journal_was_never_begun_is_removed_by_recovery(steward, state_path, journal, verdict):
+    """J1, J4: a stage holding nothing but a journal with no record (none, empty, or a GENESIS cut short) never
+    ran anything: recovery proves the host holds nothing of it and removes it; running it again finds nothing."""
+    stage = _unborn_stage(state_path)
+    if journal is not None:
+        (stage / JOURNAL_NAME).write_bytes(journal)
+    assert retirement.assess(steward.root, stage.name).state == retirement.UNBORN
+    report = recovery.Recovery(steward.root, steward.settings).recover(stage.name)
+    assert (report.before, report.after, report.verdict, report.ok) == ("UNBORN", "REMOVED", verdict, True)
+    assert report.detail.endswith("; removed") and "no process of the dedicated ids" in report.detail
+    assert not stage.exists()
+    assert recovery.Recovery(steward.root, steward.settings).recover_all() == []
+
+
+@pytest.mark.parametrize("extra", ["documents", "evidence.json"])
+def test_a_stage_holding_anything_besides_an_unbegun_journal_is_preserved_not_removed(steward, state_path, extra):
+    """J4: only a stage with nothing in it but a record-less journal counts as never begun; anything else beside
+    it (a directory, a file) may be evidence, so the stage is preserved untouched."""
+    stage = _unborn_stage(state_path)
+    (stage / JOURNAL_NAME).write_bytes(b"")
+    (stage / extra).mkdir() if "." not in extra else (stage / extra).write_bytes(b"{}")
+    report = recovery.Recovery(steward.root, steward.settings).recover(stage.name)
+    assert (report.before, report.after, report.verdict) == ("PRESERVED", "PRESERVED", "TORN")
+    assert sorted(os.listdir(stage)) == sorted([JOURNAL_NAME, extra])
+
+
+def test_a_stage_being_made_is_never_taken_for_one_never_begun(state_path, sandbox_ids):
+    """J1, C5: the steward makes a stage and its journal under the dedicated UID's lease, and recovery removes
+    an UNBORN stage only under it: a recovery that runs while the directory exists and its GENESIS does not
+    yet cannot take the stage from under the session being made."""
+    answers = []
+
+    def hook(name: str) -> None:
+        if name == "after_stage_directory":
+            (stage_id,) = os.listdir(pathlib.Path(state_path) / STAGES)
+            quick = Steward(settings(state_path, sandbox_ids, lease_seconds=0.2), capability_check=accept_all)
+            try:
+                answers.append(recovery.Recovery(quick.root, quick.settings).recover(stage_id))
+            except Refused as refusal:
+                answers.append(refusal.rule)
+            finally:
+                quick.close()
+
+    made = Steward(settings(state_path, sandbox_ids), capability_check=accept_all, hook=hook)
+    try:
+        session = made.open_session("attempt-1")
+        assert session.close().cleanup == "CLEANED"
+    finally:
+        made.close()
+    assert len(answers) == 1 and "is leased by another session" in str(answers[0]), answers

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -16,7 +18,7 @@ from journal.seal import SealMarker, seal_from_bytes
 from launcher.protocol import ProtocolError
 from sandbox_support import contained  # noqa: F401
 from steward import documents, procfs, retirement, starter
-from steward.session import AFTER_MOUNT_INTENT, Steward
+from steward.session import AFTER_MOUNT_INTENT, AFTER_PROCESS_INTENT, Steward
 from steward_support import (  # noqa: F401
     ENV, accept_all, kinds, last_of, one_session, read_dir_journal, run_true, sealed_reading, settings, state_path,
     steward, tombstone,
@@ -155,6 +157,83 @@ def test_a_capability_must_be_a_directory_under_a_name_not_yet_used(steward, tmp
         assert not _is_open(again)
     finally:
         session.close()
+
+
+def test_a_session_holds_at_most_its_count_of_capabilities(steward, tmp_path):
+    """C9 and the daemon's descriptor budget: a session owns each capability's descriptor until it ends, so it
+    accepts at most MAX_CAPABILITIES; one more is refused and closed at once."""
+    from steward.session import MAX_CAPABILITIES
+
+    session = steward.open_session("attempt-1")
+    try:
+        for number in range(MAX_CAPABILITIES):
+            session.add_capability(f"c{number}", os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+        extra = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        with pytest.raises(Refused, match=f"would be more than {MAX_CAPABILITIES} capabilities in one session"):
+            session.add_capability("one-more", extra)
+        assert not _is_open(extra)
+    finally:
+        session.close()
+
+
+def test_a_halted_session_ends_its_running_op_and_every_later_one(steward, state_path):
+    """The daemon's shutdown: halt() SIGKILLs the op that runs, and an op recorded after it, through a pidfd
+    checked against the op's /proc handle; pid 1 still reaps each and its raw status is recorded."""
+    session = steward.open_session("attempt-1")
+    session.start_sandbox()
+    outcomes = []
+    running = threading.Thread(target=lambda: outcomes.append(
+        session.run(["/bin/sleep", "60"], env=ENV, timeout_ms=120_000, stdout_cap=64, stderr_cap=64)))
+    running.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not session.ledger._running and time.monotonic() < deadline:
+            time.sleep(0.02)
+        session.halt()
+        running.join(30)
+        began = time.monotonic()
+        later = session.run(["/bin/sleep", "60"], env=ENV, timeout_ms=120_000, stdout_cap=64, stderr_cap=64)
+        assert time.monotonic() - began < 30
+    finally:
+        session.close_sandbox()
+        closed = session.close()
+    for outcome in (*outcomes, later):
+        assert outcome.wait_status == signal.SIGKILL, outcome
+    reading = sealed_reading(state_path, closed.stage_id)
+    terminals = {record.fields["op_id"]: record.fields["wait_status"] for record in reading.records if record.kind is Kind.PROCESS_TERMINAL}
+    assert terminals[outcomes[0].op_id] == terminals[later.op_id] == signal.SIGKILL
+    assert closed.diagnostic == "VERIFIED", "ending ops this way leaves every privileged status 0"
+
+
+def test_an_op_killed_before_its_release_is_observed_like_any_other(state_path, sandbox_ids):
+    """J1, C1: after halt() the next op is killed as soon as its identity is durable, before pid 1 has
+    released it; pid 1 finds nobody to release, reaps it and reports its raw status, and the sandbox goes on."""
+    holder = {}
+
+    def hook(point: str) -> None:
+        ledger = holder["session"].ledger if "session" in holder else None
+        if point == AFTER_PROCESS_INTENT and ledger is not None and ledger._halted and ledger._running:
+            pid = ledger.identities[ledger._running][0]
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with open(f"/proc/{pid}/stat") as stat_file:
+                    if stat_file.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        return  # dead, every descriptor closed: the release cannot reach it
+                time.sleep(0.01)
+            raise AssertionError("the interrupted op was not killed")
+
+    made = Steward(settings(state_path, sandbox_ids), capability_check=accept_all, hook=hook)
+    try:
+        session = holder["session"] = made.open_session("attempt-1")
+        session.start_sandbox()
+        session.halt()
+        outcome = session.run(["/bin/sleep", "60"], env=ENV, timeout_ms=120_000, stdout_cap=64, stderr_cap=64)
+        assert outcome.wait_status == signal.SIGKILL
+        assert run_true(session).wait_status == signal.SIGKILL, "every op after halt() is ended"
+        session.close_sandbox()
+        assert session.close().diagnostic == "VERIFIED"
+    finally:
+        made.close()
 
 
 def test_a_sandbox_names_only_known_inputs_each_once_and_runs_alone(steward):

@@ -6,8 +6,10 @@ SIGKILLs itself at one named kill point. It prints every journal head the
 moment the writer acknowledges it. Then ``casebox stage recover --all``
 runs, and after it:
 
-- the stage and its tombstone are never both present and never both absent;
-- it is a sealed tombstone, or a preserved stage whose journal is MISSING or TORN;
+- the stage and its tombstone are never both present, and never both absent
+  once GENESIS was acknowledged;
+- it is a sealed tombstone, or a preserved stage whose journal is TORN; a stage
+  whose journal was never begun (UNBORN: no record at all) is removed;
 - every acknowledged record is in the journal;
 - no process of the dedicated UID and no mount under the state root is left;
 - a second recovery changes nothing.
@@ -152,7 +154,12 @@ def _journal_of(state: str, stage_id: str) -> bytes | None:
 
 def _check_converged(state: str, acknowledged: list[str], sandbox_ids) -> None:
     root = pathlib.Path(state)
-    (stage_id,) = sorted({*os.listdir(root / STAGES), *os.listdir(root / TOMBSTONES)})
+    found = sorted({*os.listdir(root / STAGES), *os.listdir(root / TOMBSTONES)})
+    if not found:
+        assert [head for head in acknowledged if head != "DONE"] == [], "a stage with acknowledged records is gone"
+        assert _wait_for_no_processes(sandbox_ids) == []
+        return
+    (stage_id,) = found
     in_stages, in_tombstones = (root / STAGES / stage_id).exists(), (root / TOMBSTONES / stage_id).exists()
     assert in_stages != in_tombstones, "the stage and its tombstone are both present or both absent"
     with Steward(settings(state, sandbox_ids), capability_check=accept_all) as steward:
@@ -160,7 +167,8 @@ def _check_converged(state: str, acknowledged: list[str], sandbox_ids) -> None:
         if in_tombstones:
             assert assessment.state == retirement.SEALED, assessment
         else:
-            assert assessment.state == retirement.PRESERVED and assessment.verdict in ("MISSING", "TORN"), assessment
+            assert assessment.state == retirement.PRESERVED and assessment.verdict == "TORN", assessment
+            assert assessment.reading.records, "a stage whose journal holds no record is UNBORN, and removed"
         data = _journal_of(state, stage_id)
         digests = {record.digest for record in read_journal(data).records} if data is not None else set()
         lost = [head for head in acknowledged if head != "DONE" and head not in digests]

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import os
-import pathlib
-import shutil
-import signal
-import socket
 import stat
-import subprocess
-import tempfile
 import threading
-import time
 
 import pytest
 
 from journal.errors import Refused
 from journal.format import Kind
+from daemon_support import running_daemon, sealed, wait_for
 from sandbox_support import contained, processes_of  # noqa: F401
 from steward import client, retirement
 from steward.client import RemoteSession
@@ -27,67 +21,10 @@ pytestmark = [pytest.mark.root, pytest.mark.usefixtures("contained")]
 STRANGER = 1234
 
 
-class Daemon:
-    def __init__(self, process: subprocess.Popen, socket_path: str, state: str, log: pathlib.Path) -> None:
-        self.process = process
-        self.socket = socket_path
-        self.state = state
-        self.log = log
-
-    def text(self) -> str:
-        return self.log.read_text()
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-        return self.process.wait(timeout=60)
-
-
 @pytest.fixture
-def daemon(tmp_path, sandbox_ids, casebox):
-    config = tmp_path / "casebox.toml"
-    config.write_text(f"sandbox_uid = {sandbox_ids[0]}\nsandbox_gid = {sandbox_ids[1]}\nclient_uids = [0]\n")
-    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    notify.bind(str(tmp_path / "notify"))
-    notify.settimeout(30)
-    # The socket's directory is reachable by every user, so the peer check, not the path, is what refuses a stranger.
-    run = pathlib.Path(tempfile.mkdtemp(prefix="casebox-run-"))
-    os.chmod(run, 0o755)
-    socket_path, state, log = str(run / "steward.sock"), str(tmp_path / "state"), tmp_path / "daemon.log"
-    with open(log, "wb") as stderr:
-        process = subprocess.Popen(
-            [str(casebox_path()), "--config", str(config), "steward", "serve", "--socket", socket_path, "--state-root", state],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-            env={**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify")},
-        )
-    try:
-        assert notify.recv(64) == b"READY=1"
-        yield Daemon(process, socket_path, state, log)
-    finally:
-        notify.close()
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            process.wait(timeout=60)
-        shutil.rmtree(run)
-
-
-def casebox_path() -> pathlib.Path:
-    return pathlib.Path(__file__).resolve().parent.parent / ".venv" / "bin" / "casebox"
-
-
-def _wait_for(predicate, seconds: float = 30.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out")
-
-
-def _sealed(state: str) -> list[str]:
-    return [name for name in os.listdir(os.path.join(state, "tombstones"))
-            if os.path.exists(os.path.join(state, "tombstones", name, "seal.json"))]
+def daemon(tmp_path, sandbox_ids):
+    with running_daemon(tmp_path, sandbox_ids) as made:
+        yield made
 
 
 def test_the_socket_is_root_only_without_a_casebox_group(daemon):
@@ -197,7 +134,7 @@ def test_a_client_that_disconnects_mid_session_is_cleaned_up_and_retired_unverif
     session.run(TRUE, env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
     stage_id = session.stage_id
     session.abandon()
-    _wait_for(lambda: stage_id in _sealed(daemon.state))
+    wait_for(lambda: stage_id in sealed(daemon.state))
     reading = sealed_reading(daemon.state, stage_id)
     assert last_of(reading, Kind.CLEANUP_EVIDENCE).fields["outcome"] == "UNVERIFIED"
     assert last_of(reading, Kind.RETIRED).fields["note"] == "session=ABANDONED diagnostic=SESSION_ABANDONED"
@@ -214,7 +151,7 @@ def test_a_client_that_breaks_the_protocol_abandons_its_session(daemon):
     endpoint.send("STOP", {})
     with pytest.raises(client.WireError):
         endpoint.receive()
-    _wait_for(lambda: session.stage_id in _sealed(daemon.state))
+    wait_for(lambda: session.stage_id in sealed(daemon.state))
     assert "STOP is numbered 7, expected 1" in daemon.text()
 
 
@@ -255,19 +192,21 @@ def test_four_sessions_at_once(daemon):
     lifetimes.sort()
     assert all(end < next_start for (_, end), (next_start, _) in zip(lifetimes, lifetimes[1:])), \
         "two sandboxes ran as the dedicated UID at once (S6): the lease must serialize them"
-    assert len(_sealed(daemon.state)) == 4
+    assert len(sealed(daemon.state)) == 4
 
 
 def test_sigterm_retires_open_sessions_and_removes_the_socket(daemon):
-    """Stopping the daemon abandons what is still open: nothing is left running or in stages/."""
+    """Stopping the daemon retires what is still open as UNVERIFIED (SHUTDOWN): nothing is left running or in
+    stages/, and the exit is 0 because every session was retired in time."""
     session = client.connect(daemon.socket).open_session("attempt-1")
     session.start_sandbox()
     assert daemon.stop() == 0
     assert not os.path.exists(daemon.socket)
-    assert session.stage_id in _sealed(daemon.state)
+    assert session.stage_id in sealed(daemon.state)
     assert os.listdir(os.path.join(daemon.state, "stages")) == []
     with Steward(settings(daemon.state, (1, 1)), capability_check=accept_all) as steward:
         assert retirement.assess(steward.root, session.stage_id).state == retirement.SEALED
+    assert last_of(sealed_reading(daemon.state, session.stage_id), Kind.RETIRED).fields["note"] == "session=SHUTDOWN diagnostic=SHUTDOWN"
 
 
 def _config(tmp_path, sandbox_ids, socket_path: str, state: str):

@@ -12,6 +12,8 @@ from journal.errors import Refused
 from steward import server
 from steward.wire import CLIENT, STEWARD, Endpoint, WireError
 
+BOUNDS = server.Bounds(idle_seconds=60, max_connections=4, max_connections_per_uid=2, stop_seconds=10)
+
 
 @pytest.mark.parametrize("name", ["1ABC", "A-B", "A=B", "", "Ä", "A B"])
 def test_an_op_environment_name_that_is_not_a_variable_name_is_refused(name):
@@ -42,7 +44,7 @@ def test_a_session_request_before_open_ends_the_connection(connection, first):
     conn, client = connection
     client.send(first, {})
     with pytest.raises(WireError, match=f"{first} arrived where OPEN was expected"):
-        conn._one()
+        conn.handle(conn.endpoint.receive())
     assert conn.session is None
 
 
@@ -52,15 +54,12 @@ def new_server():
     made = []
 
     def make(path: str) -> server.Server:
-        made.append(server.Server(None, socket_path=path, client_uids=(0,)))
+        made.append(server.Server(None, socket_path=path, client_uids=(0,), bounds=BOUNDS))
         return made[-1]
 
     yield make
     for each in made:
-        if each.listener is not None:
-            each.listener.close()
-        os.close(each._stop_read)
-        os.close(each._stop_write)
+        each.close()
 
 
 def test_a_socket_path_holding_something_else_is_never_replaced(tmp_path, new_server):
@@ -137,3 +136,37 @@ def test_the_socket_is_made_with_its_mode_at_bind(tmp_path, new_server):
     except KeyError:
         expected = 0o600
     assert stat.S_IMODE(os.lstat(path).st_mode) == expected and described.startswith(f"mode {expected:04o}")
+
+
+def _admitting(new_server, tmp_path, per_uid: dict[int, int]):
+    made = new_server(str(tmp_path / "steward.sock"))
+    made.per_uid = dict(per_uid)
+    return made
+
+
+def test_connections_are_capped_per_uid_and_in_total_but_root_is_always_served(new_server, tmp_path):
+    """The caps that bound the daemon: one more from a uid at its cap, or from anyone but root once the others
+    fill max_connections, is turned away with the cap it passed; root's never count against the total."""
+    made = _admitting(new_server, tmp_path, {1000: 2})
+    assert "uid 1000 already has 2 connections to this steward (max_connections_per_uid)" in made._over_cap(1000)
+    assert made._over_cap(1001) is None
+    made = _admitting(new_server, tmp_path / "b", {1000: 2, 1001: 2})
+    assert "the steward already serves 4 connections (max_connections)" in made._over_cap(1002)
+    assert made._over_cap(0) is None, "root is served whatever the others hold"
+    made = _admitting(new_server, tmp_path / "c", {0: 2, 1000: 2})
+    assert made._over_cap(1001) is None, "root's connections are not counted against max_connections"
+    assert "uid 0 already has 2 connections" in made._over_cap(0)
+
+
+def test_the_shipped_unit_matches_the_default_caps_and_stop_time(repo):
+    """The unit's LimitNOFILE is what the default connection caps need, and its TimeoutStopSec leaves the daemon
+    time to name what it could not retire and exit 1 after stop_seconds, before systemd's SIGKILL."""
+    import re
+
+    from executor.config import Config
+
+    unit = (repo / "packaging" / "systemd" / "casebox-steward.service").read_text()
+    config = Config()
+    bounds = server.Bounds(config.idle_seconds, config.max_connections, config.max_connections_per_uid, config.stop_seconds)
+    assert re.search(r"^LimitNOFILE=(\d+)$", unit, re.M).group(1) == str(server.descriptors_needed(bounds))
+    assert int(re.search(r"^TimeoutStopSec=(\d+)$", unit, re.M).group(1)) >= config.stop_seconds + 10

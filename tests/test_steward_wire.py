@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import os
+import select
 import socket
 import threading
 
@@ -136,3 +137,59 @@ def test_a_reply_must_name_the_request_it_answers(pair):
     with pytest.raises(WireError, match="names request 7, not 0"):
         _call(client, "STOP", {})
     thread.join()
+
+
+def _remote(endpoint: Endpoint):
+    from steward import api
+    from steward.client import RemoteSession
+
+    return RemoteSession(endpoint, api.Opened("s-1", "j-1", "a-1", "0" * 64))
+
+
+FULL = "the steward's state root /var/lib/casebox is full (No space left on device; 0 bytes free)"
+
+
+def test_after_a_reply_that_ends_the_session_the_client_sends_nothing_more(pair):
+    """A FAILED reply with open false ends the session on the client too: every later call, SEAL included
+    (the dependency preparer's seal after a failure), raises the steward's own reason and sends nothing."""
+    from steward.client import SessionEnded
+
+    client, steward = pair
+    session = _remote(client)
+    steward.send("FAILED", {"reason": FULL, "open": False}, re=0)
+    with pytest.raises(SessionEnded, match=r"^the steward's state root /var/lib/casebox is full"):
+        session.run(["/bin/true"], env={}, timeout_ms=1000, stdout_cap=1, stderr_cap=1)
+    assert steward.receive().type == "RUN"
+    for call in (lambda: session.seal_output("deps"), session.close, session.close_sandbox):
+        with pytest.raises(SessionEnded, match=r"^the steward's state root /var/lib/casebox is full"):
+            call()
+    session.abandon()
+    with pytest.raises(WireError, match="closed the connection"):
+        steward.receive()
+
+
+@pytest.mark.parametrize("request_arrives_first", [True, False])
+def test_an_answer_the_steward_sent_before_it_closed_is_read_not_lost(pair, request_arrives_first):
+    """The steward may answer a request before it is sent (idle, shutdown, a refused connection) and close:
+    whether the request then cannot be sent (EPIPE) or was sent and left unread (the receive is reset first),
+    the client reads that answer and reports the steward's reason, never a bare connection error."""
+    from steward.client import SessionEnded
+
+    client, steward = pair
+    steward.send("FAILED", {"reason": "the steward is shutting down", "open": False}, re=0)
+    if request_arrives_first:
+        send = client.send
+
+        def send_then_let_the_steward_close(*args, **kwargs):
+            seq = send(*args, **kwargs)
+            poller = select.poll()
+            poller.register(steward.sock, select.POLLIN)
+            assert poller.poll(5000), "the request never arrived"
+            steward.sock.close()  # with the request unread
+            return seq
+
+        client.send = send_then_let_the_steward_close
+    else:
+        steward.sock.close()
+    with pytest.raises(SessionEnded, match="^the steward is shutting down$"):
+        _remote(client).seal_output("deps")

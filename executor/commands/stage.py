@@ -121,6 +121,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _recover(args: argparse.Namespace) -> int:
+    from executor.staging import remove_abandoned
     from steward import recovery
     from steward.stateroot import StateRoot
 
@@ -132,8 +133,12 @@ def _recover(args: argparse.Namespace) -> int:
             _assess(root, args.stage)
         work = recovery.Recovery(root, settings_from(config))
         reports = work.recover_all() if args.all else [work.recover(args.stage)]
+    residue = remove_abandoned() if args.all else []
     if args.json:
-        say_json({"schema": RECOVER_SCHEMA, "casebox_version": VERSION, "reports": [report.as_dict() for report in reports]})
+        say_json({
+            "schema": RECOVER_SCHEMA, "casebox_version": VERSION, "reports": [report.as_dict() for report in reports],
+            "staging_removed": residue,
+        })
     else:
         for report in reports:
             mark = "ok  " if report.ok else "FAIL"
@@ -141,6 +146,8 @@ def _recover(args: argparse.Namespace) -> int:
             say(f"{mark} {report.stage_id}: {report.before} -> {report.after}{diagnostic}: {report.detail}")
         if not reports:
             say(f"casebox stage recover: no stage or tombstone in {config.state_root}")
+        for path in residue:
+            say(f"ok   staging {path}: a verification that was killed left it; removed")
     return EXIT_OK if all(report.ok for report in reports) else EXIT_NOT_OK
 
 
@@ -173,12 +180,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Drive one stage (ID) or every stage (--all) to a sealed tombstone: cleanup proof, "
         "retirement, seal, each step only if still needed, so running it twice is safe. A stage whose journal "
         "is missing, torn, corrupt, substituted or over the cap is preserved untouched (only its processes and "
-        "mounts on the host are removed). A stage a running steward holds is left alone. Exit 0 when every "
-        "stage is sealed or deliberately preserved, 1 otherwise.",
+        "mounts on the host are removed); a stage whose journal was never begun is removed. A stage a running "
+        "steward holds is left alone. A stage it cannot finish (the state root full) is reported and the next one "
+        "tried. With --all, staging directories a killed verify left in the temporary directory are removed and "
+        "listed too. Exit 0 when every stage is sealed, removed or deliberately preserved, 1 otherwise.",
     )
     recover.add_argument("stage", type=_id, nargs="?", metavar="ID", help="one stage or tombstone id (as stage list shows it)")
     recover.add_argument("--all", action="store_true", help="every stage and tombstone")
-    recover.add_argument("--json", action="store_true", help=f"print one JSON object ({RECOVER_SCHEMA}): schema, casebox_version, reports")
+    recover.add_argument("--json", action="store_true", help=f"print one JSON object ({RECOVER_SCHEMA}): schema, casebox_version, reports, staging_removed")
     for command in (listing, show, recover):
         command.add_argument("--state-root", metavar="DIR", help="the state root (default: configuration)")
     listing.set_defaults(handler=_list)

@@ -18,10 +18,15 @@ def _serve(args: argparse.Namespace) -> int:
     if args.socket is not None and not os.path.isdir(directory):
         # Only the configured socket's directory is ever made (/run/casebox without systemd's RuntimeDirectory).
         raise Refused(args.socket, f"cannot be created: its directory {directory} does not exist, and casebox makes no directory a flag names")
+    bounds = server.Bounds(
+        idle_seconds=config.idle_seconds, max_connections=config.max_connections,
+        max_connections_per_uid=config.max_connections_per_uid, stop_seconds=config.stop_seconds,
+    )
     steward = steward_for(config)
     try:
         return server.serve(
-            steward, socket_path=config.socket, client_uids=config.client_uids, socket_group=config.socket_group
+            steward, socket_path=config.socket, client_uids=config.client_uids, socket_group=config.socket_group,
+            bounds=bounds,
         )
     finally:
         steward.close()
@@ -38,9 +43,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve steward sessions on a Unix socket until SIGTERM",
         description="As root: listen on the socket (mode 0660 with the configured socket_group, by default casebox, "
         "when that group exists, else 0600, root only), authenticate each client with SO_PEERCRED against client_uids, and serve one session per "
-        "connection: stages, sandboxes, outputs, cleanup proof, retirement into sealed tombstones. A client that "
-        "disconnects before CLOSE has its session cleaned up and retired as UNVERIFIED. Refusals are logged on "
-        "stderr. Sends READY=1 to NOTIFY_SOCKET when set. SIGTERM or SIGINT stops it (exit 0).",
+        "connection: stages, sandboxes, outputs, cleanup proof, retirement into sealed tombstones. Connections are "
+        "capped per uid (max_connections_per_uid) and in total (max_connections, root's not counted); a client "
+        "beyond a cap is refused at once. A client that disconnects before CLOSE, or sends nothing for "
+        "idle_seconds, has its session cleaned up and retired as UNVERIFIED. Refusals are logged on stderr. Sends "
+        "READY=1 to NOTIFY_SOCKET when set. SIGTERM or SIGINT stops accepting, ends running ops and retires every "
+        "open session as UNVERIFIED (SHUTDOWN): exit 0 when all were retired within stop_seconds, else 1, with "
+        "each one left named in the log.",
     )
     serve.add_argument("--socket", metavar="PATH", help="the socket to listen on, in a directory that exists (default: configuration)")
     serve.add_argument("--state-root", metavar="DIR", help="the state root (default: configuration)")
