@@ -50,12 +50,27 @@ def namespace_pids(pid: int) -> list[int]:
 
 
 def children(pid: int) -> list[int]:
-    """Host pids of the children of every thread of ``pid``."""
+    """Host pids of the children of every thread of ``pid``.
+
+    A thread may end between the listing and the read (the steward's
+    forwarder threads come and go); it is skipped: those threads start no
+    process, and a thread that ends hands its children to another thread of
+    the group anyway.
+    """
     found = []
     for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as file:
-            found.extend(int(item) for item in file.read().split())
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as file:
+                found.extend(int(item) for item in file.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
     return found
+
+
+def shares_network_namespace(pid: int) -> bool:
+    """True when process ``pid`` is in this process's network namespace (S9: no sandbox ever is)."""
+    theirs, ours = os.stat(f"/proc/{pid}/ns/net"), os.stat("/proc/self/ns/net")
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 
 def host_pid_of_child(parent: int, inner_pid: int) -> int:
