@@ -28,6 +28,7 @@ _BOUNDED = {
     "max_connections_per_uid": (1, 4_096),
     "stop_seconds": (1, 3_600),
 }
+MAX_FILE_HOSTS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Config:
     max_connections: int = 32
     max_connections_per_uid: int = 8
     stop_seconds: int = 75
+    index_file_hosts: tuple[str, ...] = ("files.pythonhosted.org:443",)
     source: str = "built-in defaults"
 
     def overridden(self, **flags: object) -> "Config":
@@ -54,6 +56,7 @@ class Config:
     def as_dict(self) -> dict[str, object]:
         values = dataclasses.asdict(self)
         values["client_uids"] = list(self.client_uids)
+        values["index_file_hosts"] = list(self.index_file_hosts)
         return values
 
 
@@ -79,6 +82,12 @@ def _check(name: str, value: object, where: str) -> object:
         if (type(value) is int and 0 <= value <= MAX_ID) or (type(value) is str and GROUP_NAME.match(value)):
             return value
         raise Refused(where, "must be a group name (a-z 0-9 _ -, at most 32) or a group id")
+    if name == "index_file_hosts":
+        from steward.forwarder import check_file_host
+
+        if type(value) not in (list, tuple) or len(value) > MAX_FILE_HOSTS:
+            raise Refused(where, f"must be a list of at most {MAX_FILE_HOSTS} HOST or HOST:PORT entries")
+        return tuple(check_file_host(entry, where) for entry in value)
     raise Refused(where, "is not a known setting")
 
 

@@ -104,7 +104,7 @@ REASONS = {
     "cleanup_unverified": "the stage's last cleanup evidence is not CLEANED",
     "head_mismatch": "the receipt's journal head is not a head the journal had after the op ended",
     "identity_mismatch": "the receipt's process identity is not its op's PROCESS_INTENT, or two receipts share an op",
-    "network_sandbox": "the receipt's op ran in a sandbox that had the host's network (S9: a case has loopback only)",
+    "network_sandbox": "the receipt's op ran in a sandbox that had the index network (S9: a case has loopback only)",
     "filter_mismatch": "the receipt names no syscall filter, one this casebox does not ship, or one its sandbox's SANDBOX_READY did not record (S12)",
     "wait_status_mismatch": "the receipt's wait status is not its op's PROCESS_TERMINAL",
     "descendants_mismatch": "the receipt's descendant count is not its op's DESCENDANTS_TERMINAL",

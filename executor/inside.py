@@ -5,12 +5,13 @@ the dedicated UID (DESIGN T4, step 4), with exactly the files of
 :data:`MODULES` copied into a read-only capability mounted at ``/cap/tools``::
 
     RUNTIME -I -S -B -c BOOT extract /cap/bundle/candidate.tar /out/candidate
-    RUNTIME -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate /cap/index|URL|-
-    RUNTIME -I -S -B -c BOOT fetch /cap/pins/pins.json /out/deps /cap/index|URL /cap/request/pip-X.whl
+    RUNTIME -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate /cap/index|URL|- PROXY|-
+    RUNTIME -I -S -B -c BOOT fetch /cap/pins/pins.json /out/deps /cap/index|URL /cap/request/pip-X.whl PROXY|-
     RUNTIME -I -S -B -c BOOT pip /cap/request/pip-X.whl install ARGS...
 
 Paths are opened here, inside the sandbox; the extractor then works on the
-descriptors alone.
+descriptors alone. ``PROXY`` is the steward's forwarder (``http://127.0.0.1:3128``)
+for a network index, the sandbox's only way out, or ``-``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Sequence
 
 from executor.extract import SANDBOX_MODULES as EXTRACTOR_MODULES
 from executor.frontend import EXIT_REFUSED
+from executor.resolver import NO_PROXY
 from executor.resolver import SANDBOX_MODULES as RESOLVER_MODULES
 
 TOOLS = "/cap/tools"
@@ -65,7 +67,7 @@ def _pip(wheel: str, arguments: Sequence[str]) -> int:
     return pip_main(list(arguments))
 
 
-def _fetch(acks: str, target: str, index: str, installer: str) -> int:
+def _fetch(acks: str, target: str, index: str, installer: str, proxy: str) -> int:
     """Exactly the ACKed pins into ``target``: copied from a find-links index, or downloaded from a network index;
     each file created once and refused unless its bytes have the ACKed sha256."""
     from executor import simpleindex
@@ -88,7 +90,7 @@ def _fetch(acks: str, target: str, index: str, installer: str) -> int:
                     os.close(source)
             else:
                 if client is None:
-                    client = simpleindex.IndexClient(cadata=_certificates(installer))
+                    client = simpleindex.IndexClient(cadata=_certificates(installer), proxy=None if proxy == NO_PROXY else proxy)
                 client.download(pin.url, pin.sha256, target_fd, pin.file)
             done.add(pin.file)
     except simpleindex.IndexFailure as failure:
@@ -117,9 +119,9 @@ def main(argv: Sequence[str]) -> int:
         return _extract(argv[1], argv[2])
     if argv[:1] == ["pip"] and len(argv) >= 3:
         return _pip(argv[1], argv[2:])
-    if argv[:1] == ["fetch"] and len(argv) == 5:
+    if argv[:1] == ["fetch"] and len(argv) == 6:
         return _fetch(*argv[1:])
-    if argv[:1] == ["resolve"] and len(argv) == 4:
+    if argv[:1] == ["resolve"] and len(argv) == 5:
         from executor import resolver
 
         return resolver.main(argv[1:])

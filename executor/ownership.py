@@ -172,7 +172,7 @@ class StartFailed(CloseOnce):
 class Starter:
     """The right to start sandboxes in one session, held by one owner in one role.
 
-    Only the dependency preparer may ask for the host's network (the resolver and fetch of a network index);
+    Only the dependency preparer may ask for the index network (the resolver and fetch of a network index);
     every sandbox the case service starts has loopback only (S9).
     """
 
@@ -187,12 +187,13 @@ class Starter:
 
     def start(
         self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(), network: str = LOOPBACK,
+        index: str | None = None,
     ) -> Started | StartFailed:
-        if network != LOOPBACK and self.role != PREPARER:
+        if (network != LOOPBACK or index is not None) and self.role != PREPARER:
             raise OwnershipError(f"the {self.role} starts sandboxes with loopback only, never the {network} network")
         read = [*self.always, *(name for name in read if name not in self.always)]
         try:
-            ready = self.session.start_sandbox(read=read, write=list(write), limits=limits, network=network)
+            ready = self.session.start_sandbox(read=read, write=list(write), limits=limits, network=network, index=index)
         except SandboxFailure as failure:
             return StartFailed(self.owner, str(failure))
         if self.started is not None:
@@ -201,10 +202,10 @@ class Starter:
 
     def run_one(
         self, argv: Sequence[str], *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(),
-        network: str = LOOPBACK, **op,
+        network: str = LOOPBACK, index: str | None = None, **op,
     ) -> OpOutcome | LifecycleEvidence:
         """Start a sandbox, take it, run one op, close it: the op's outcome, or the lifecycle evidence of a failure."""
-        outcome = self.start(read=read, write=write, limits=limits, network=network)
+        outcome = self.start(read=read, write=write, limits=limits, network=network, index=index)
         if isinstance(outcome, StartFailed):
             return outcome.close(self.owner)
         running = outcome.take(self.owner)

@@ -25,12 +25,14 @@ the installer wheel; plus that wheel), then:
    with the ACKed hashes.
 
 With a network index (an http(s) URL) the two sandboxes, and only these,
-have the host's network (``network="host"``; every other sandbox of the
-session has loopback only, S9), and the PINs are ACKed as claims (the
-trusted side has no network to hash them with) that the fetch and the seal
-check. Their environment is the sandbox allowlist and pip's fixed settings,
-never the caller's: no token, proxy, ``PIP_*`` or home directory of the host
-reaches them.
+have the index network (``network="index"``: their own namespace plus the
+steward's forwarder to that index and its file hosts, steward/forwarder.py,
+which both tools name as their proxy; every other sandbox of the session has
+loopback only, S9), and the PINs are ACKed as claims (the trusted side has
+no network to hash them with) that the fetch and the seal check. Their
+environment is the sandbox allowlist and pip's fixed settings, never the
+caller's: no token, proxy, ``PIP_*`` or home directory of the host reaches
+them.
 
 Any refusal, failure or abort is an :class:`Unresolved` with a fixed code
 and a sentence; the case service then gives every case a receipt that never
@@ -47,6 +49,7 @@ from typing import Callable, Sequence
 
 from executor.environ import SANDBOX_ENV
 from executor.inside import BOOT
+from executor.resolver import NO_PROXY
 from executor.ownership import PREPARER, Gate, failure_of
 from executor.resolverproto import MAX_PINS, RUNNER, Abort, Acceptor, Failed, Pin, accept, acks_bytes, request_bytes
 from executor.runtime import Runtime
@@ -54,7 +57,8 @@ from executor.shadowing import shadowed
 from executor.staging import Staging
 from journal.errors import Refused
 from launcher.protocol import MAX_OUTPUT_CAP
-from steward.api import HOST_NETWORK, LOOPBACK, MIB, Limits, OpOutcome, Sealed
+from steward.api import INDEX_NETWORK, LOOPBACK, MIB, Limits, OpOutcome, Sealed
+from steward.forwarder import PROXY_URL
 
 DEPS = "deps"
 REQUEST = "request"
@@ -134,7 +138,7 @@ class Preparer:
         self.index_fd = index_fd
         self.index_url = index_url
         self.progress = progress
-        # The sandboxes that had the host's network, as the session named them (``<stage>-<n>-net``).
+        # The sandboxes that had the index network, as the session named them (``<stage>-<n>-net``).
         self.networked: list[str] = []
 
     def __repr__(self) -> str:
@@ -142,16 +146,21 @@ class Preparer:
 
     @property
     def network(self) -> str:
-        """The network of the resolve and fetch sandboxes: the host's only for a network index."""
-        return HOST_NETWORK if self.index_url is not None else LOOPBACK
+        """The network of the resolve and fetch sandboxes: the index network only for a network index."""
+        return INDEX_NETWORK if self.index_url is not None else LOOPBACK
+
+    @property
+    def proxy(self) -> str:
+        """What the resolve and fetch tools reach a network index through: the forwarder, their one way out."""
+        return PROXY_URL if self.index_url is not None else NO_PROXY
 
     def _sandboxed(self, argv: list[str], *, read: Sequence[str], write: Sequence[str] = (), timeout_ms: int):
         result = self.starter.run_one(
-            argv, read=read, write=write, limits=Limits(tmp_bytes=256 * MIB), network=self.network,
+            argv, read=read, write=write, limits=Limits(tmp_bytes=256 * MIB), network=self.network, index=self.index_url,
             env={**SANDBOX_ENV, **PIP_ENV}, cwd="/work", timeout_ms=timeout_ms, stdout_cap=MAX_OUTPUT_CAP,
             stderr_cap=MAX_OUTPUT_CAP,
         )
-        if isinstance(result, OpOutcome) and self.network == HOST_NETWORK:
+        if isinstance(result, OpOutcome) and self.network == INDEX_NETWORK:
             self.networked.append(result.sandbox)
         return result
 
@@ -197,7 +206,7 @@ class Preparer:
         read = ["tools", "candidate", REQUEST] + (["index"] if self.index_fd is not None else [])
         argv = [
             self.runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "resolve", f"/cap/{REQUEST}", "/cap/candidate/candidate",
-            self._index_argument(),
+            self._index_argument(), self.proxy,
         ]
         result = self._sandboxed(argv, read=read, timeout_ms=RESOLVE_TIMEOUT_MS)
         problem = failure_of(result)
@@ -224,7 +233,7 @@ class Preparer:
         read = ["tools", REQUEST, PINS] + (["index"] if self.index_fd is not None else [])
         argv = [
             self.runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "fetch", f"/cap/{PINS}/pins.json", f"/out/{DEPS}",
-            self._index_argument(), f"/cap/{REQUEST}/{self.runtime.installer.file}",
+            self._index_argument(), f"/cap/{REQUEST}/{self.runtime.installer.file}", self.proxy,
         ]
         result = self._sandboxed(argv, read=read, write=[DEPS], timeout_ms=FETCH_TIMEOUT_MS)
         problem = failure_of(result)

@@ -3,11 +3,12 @@
 It runs only in its own sandbox, as the dedicated UID, started by the
 dependency preparer::
 
-    python -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate INDEX
+    python -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate INDEX PROXY
 
 ``INDEX`` is ``/cap/index`` (a find-links directory, read-only; the sandbox
 has loopback only), ``-`` (no index), or an http(s) URL of a simple
-repository (PEP 503/691).
+repository (PEP 503/691), which pip reaches through ``PROXY``, the steward's
+forwarder (``--proxy``: pip then ignores proxy variables and ``.netrc``).
 
 pip is the installer wheel of the request, unpacked on the sandbox's /tmp
 (executor/inside.py). It resolves twice in one process, each time with
@@ -26,7 +27,10 @@ pip is the installer wheel of the request, unpacked on the sandbox's /tmp
 Before either, each candidate wheel's ``*.dist-info/METADATA`` is read as data
 (the name and version must be the file name's) and every ``Requires-Dist``
 parsed with pip's vendored ``packaging``: one that names a direct URL is
-refused (``direct_url``) before any resolver runs. The top-level modules
+refused (``direct_url``) before any resolver runs. A dependency from the
+index that requires a direct URL is refused the same way, inside pip, as
+pip makes that requirement and before it fetches anything for it
+(:func:`guard_dependencies`). The top-level modules
 each wheel installs are listed from its member names, for the preparer's
 shadowing rules. pip's report gives every pin's file, URL and SHA-256; a
 conflict is answered with the requirements pip names as its cause.
@@ -67,6 +71,7 @@ SANDBOX_MODULES = (
     "journal/closed.py",
 )
 REQUEST = "request.json"
+NO_PROXY = "-"
 METADATA_MAX_BYTES = 1 << 20
 REPORT_MAX_BYTES = 16 << 20
 PIP_OPTIONS = (
@@ -81,6 +86,12 @@ _UNREACHABLE = ("Failed to establish a new connection", "Max retries exceeded", 
 _HASHES = "DO NOT MATCH THE HASHES"
 # A wheel given as a file (the candidate's own) whose Requires-Python excludes the runtime.
 _OTHER_PYTHON = re.compile(r"Package '([^']+)' requires a different Python: (\S+) not in '([^']+)'")
+# What steward/forwarder.py puts in the reason phrase of every answer it makes itself (a refusal, an
+# unreachable destination); pip logs it only in its verbose log, which the resolver asks for with --log.
+FORWARDER_MARK = "casebox forwarder:"
+# What the forwarder's answers to a page fetch become in pip's verbose log, once its retries are spent.
+_GAVE_UP = "Max retries exceeded"
+LOG_MAX_BYTES = 4 << 20
 
 
 class Failure(Exception):
@@ -168,9 +179,43 @@ def load_pip(wheel: str):
     return pip._vendor.packaging
 
 
-def _index_options(index: str) -> list[str]:
+# Direct-URL requirements of dependencies that guard_dependencies refused in pip's current run.
+_REFUSED: list[Failure] = []
+
+
+def guard_dependencies() -> None:
+    """Refuse, inside pip, every requirement of a distribution pip chose that names a direct URL (``direct_url``).
+
+    pip makes each ``Requires-Dist`` of a distribution it resolves into a
+    requirement with the ``install_req_from_req_string`` its resolver was
+    built with (``pip._internal.cli.req_command``, pip 20.3 to 24); wrapped
+    here, one with a URL stops the resolution before pip opens that URL, and
+    :func:`resolve` reports it naming the project that required it. A pip
+    without that function is refused rather than run unguarded.
+    """
+    from pip._internal.cli import req_command
+    from pip._internal.exceptions import InstallationError
+
+    make = getattr(req_command, "install_req_from_req_string", None)
+    if make is None:
+        raise Failure("resolver", "the installer's pip offers no install_req_from_req_string to refuse direct URLs with")
+
+    def refusing(req_string, comes_from=None, **options):
+        made = make(req_string, comes_from, **options)
+        if made.req is not None and made.req.url:
+            by = canonical_project(comes_from.name) if comes_from is not None and comes_from.name else "a dependency"
+            _REFUSED.append(Failure("direct_url", f"{by} requires {canonical_project(made.req.name)} from a direct URL"))
+            raise InstallationError(f"casebox: {by} requires a direct URL, which is never fetched")
+        return made
+
+    req_command.install_req_from_req_string = refusing
+
+
+def index_options(index: str, proxy: str) -> list[str]:
+    """pip's options for ``index``: a simple index reached through ``proxy`` (the forwarder), or a find-links
+    directory, or none."""
     if index.startswith(("http://", "https://")):
-        return ["--index-url", index]
+        return ["--index-url", index] + ([] if proxy == NO_PROXY else ["--proxy", proxy])
     if index == "-":
         return ["--no-index"]
     return ["--no-index", "--find-links", index]
@@ -189,8 +234,13 @@ def _run_pip(arguments: list[str]) -> tuple[int, str]:
     return code, captured.getvalue()
 
 
-def explain(output: str, candidate: set[str]) -> Failure:
-    """Why pip's resolution failed, from what pip said: a conflict names its causes, a missing match its requirement."""
+def explain(output: str, candidate: set[str], log: str = "") -> Failure:
+    """Why pip's resolution failed, from what pip said: a conflict names its causes, a missing match its requirement.
+
+    ``log`` is pip's verbose log of the run: through the forwarder, an index
+    page that could not be fetched is only a debug line there, and pip says
+    no more than that no version was found, so the forwarder's own sentence
+    (a refusal, an unreachable index) is looked for in it first."""
     lines = output.splitlines()
     if _CAUSES in lines:
         causes = []
@@ -206,6 +256,12 @@ def explain(output: str, candidate: set[str]) -> Failure:
         return Failure("conflict", f"{python.group(1)} requires Python {python.group(3)}; the runtime is {python.group(2)}"[:MAX_REQUIREMENT_BYTES])
     if _HASHES in output:
         return Failure("index_hash", "a wheel the index served does not have the sha256 the index states")
+    forwarded = next((line for line in log.splitlines() if FORWARDER_MARK in line), None)
+    if forwarded is not None:
+        return Failure("index", "the index could not be read (" + forwarded[forwarded.index(FORWARDER_MARK):][:300] + ")")
+    given_up = next((line.strip() for line in log.splitlines() if _GAVE_UP in line), None)
+    if given_up is not None:
+        return Failure("index", "the index could not be read (pip: " + given_up[-300:] + ")")
     if any(marker in output for marker in _UNREACHABLE):
         return Failure("index", "the index could not be read (pip: " + next(line for line in lines if any(m in line for m in _UNREACHABLE))[:300] + ")")
     missing = _NO_MATCH.search(output)
@@ -213,6 +269,16 @@ def explain(output: str, candidate: set[str]) -> Failure:
         return Failure("no_match", missing.group(1))
     errors = [line for line in lines if line.startswith("ERROR:")]
     return Failure("resolver", (errors[-1] if errors else "pip exited without saying why")[:MAX_REQUIREMENT_BYTES])
+
+
+def _tail(path: str) -> str:
+    """The last LOG_MAX_BYTES of pip's log (empty when pip wrote none)."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(max(0, os.fstat(file.fileno()).st_size - LOG_MAX_BYTES))
+            return file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _sha256(archive: dict) -> str | None:
@@ -229,16 +295,24 @@ def _file_of(url: str) -> str:
     return urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
 
 
-def resolve(requirements: list[str], index: str, *, scratch: str, direct: dict[str, str]) -> list[tuple[str, str, str, str, str]]:
-    """(name, version, file, sha256, url) of every wheel pip's resolver chose for ``requirements``.
+def resolve(requirements: list[str], index: list[str], *, scratch: str, direct: dict[str, str]) -> list[tuple[str, str, str, str, str]]:
+    """(name, version, file, sha256, url) of every wheel pip's resolver chose for ``requirements`` with the
+    ``index`` options (:func:`index_options`).
 
     ``direct`` maps the path of each wheel given as a file to its project: those
     are the candidate's own, never pinned. Any other direct URL is refused.
     """
-    report = os.path.join(scratch, f"report-{len(os.listdir(scratch))}.json")
-    code, output = _run_pip(["install", *PIP_OPTIONS, "--report", report, *_index_options(index), *requirements])
+    run = len(os.listdir(scratch))
+    report, log = os.path.join(scratch, f"report-{run}.json"), os.path.join(scratch, f"pip-{run}.log")
+    # Through the forwarder, what went wrong is in pip's verbose log only (explain); it costs pip 0.1 s or more,
+    # so it is kept only then.
+    logged = ["--log", log] if "--proxy" in index else []
+    del _REFUSED[:]
+    code, output = _run_pip(["install", *PIP_OPTIONS, "--report", report, *logged, *index, *requirements])
+    if _REFUSED:
+        raise _REFUSED[0]
     if code != 0:
-        raise explain(output, set(direct.values()))
+        raise explain(output, set(direct.values()), _tail(log))
     with open(report, "rb") as file:
         document = json.loads(file.read(REPORT_MAX_BYTES))
     chosen = []
@@ -257,7 +331,9 @@ def resolve(requirements: list[str], index: str, *, scratch: str, direct: dict[s
     return chosen
 
 
-def leaves(request, candidate_dir: str, index: str, installer: str, scratch: str) -> Iterator[bytes]:
+def leaves(request, candidate_dir: str, index: list[str], installer: str, scratch: str) -> Iterator[bytes]:
+    """The leaves for ``request``: the candidate's wheels in ``candidate_dir`` read, then pip run with the
+    ``index`` options (:func:`index_options`) from the ``installer`` wheel."""
     wheels = [Candidate(candidate_dir, file) for file in _wheels(candidate_dir)]
     yield leaf(
         "BEGIN", 0, protocol=PROTOCOL, python=platform.python_version(),
@@ -275,6 +351,7 @@ def leaves(request, candidate_dir: str, index: str, installer: str, scratch: str
         packaging = load_pip(installer)
         for wheel in wheels:
             wheel.check_requirements(packaging)
+        guard_dependencies()
         if request.runner:
             pins += [(RUNNER, *pin) for pin in resolve(list(request.runner), index, scratch=scratch, direct={})]
         if any(wheel.requires for wheel in wheels):
@@ -290,13 +367,14 @@ def leaves(request, candidate_dir: str, index: str, installer: str, scratch: str
 
 
 def main(argv: Sequence[str]) -> int:
-    """``REQUEST_DIR CANDIDATE_DIR INDEX``: the leaves on stdout; exit 0 when every leaf was written."""
-    request_dir, candidate_dir, index = argv
+    """``REQUEST_DIR CANDIDATE_DIR INDEX PROXY``: the leaves on stdout; exit 0 when every leaf was written."""
+    request_dir, candidate_dir, index, proxy = argv
     with open(os.path.join(request_dir, REQUEST), "rb") as file:
         request = request_from_bytes(file.read(1 << 16))
     scratch = tempfile.mkdtemp(prefix="resolver-")
     out = sys.stdout.buffer
-    for line in leaves(request, candidate_dir, index, os.path.join(request_dir, request.installer_file), scratch):
+    options = index_options(index, proxy)
+    for line in leaves(request, candidate_dir, options, os.path.join(request_dir, request.installer_file), scratch):
         out.write(line)
     out.flush()
     return 0

@@ -38,7 +38,9 @@ def capability_check(state_root: str) -> "CapabilityCheck":
 def settings_from(config: Config) -> "Settings":
     from steward.session import Settings
 
-    return Settings(state_root=config.state_root, uid=config.sandbox_uid, gid=config.sandbox_gid)
+    return Settings(
+        state_root=config.state_root, uid=config.sandbox_uid, gid=config.sandbox_gid, index_file_hosts=config.index_file_hosts,
+    )
 
 
 def steward_for(config: Config):

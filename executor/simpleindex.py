@@ -1,65 +1,30 @@
-"""A network index: the one rule for its URL, and the client that fetches pinned wheels in the fetch sandbox.
+"""A network index: the client that fetches pinned wheels in the fetch sandbox.
 
-``casebox verify --index URL`` names a PEP 503/691 simple repository. The URL
-rule (:func:`check_index_url`) is applied by the CLI before anything is
-written: ``http`` or ``https``, a host, no user information (no
-``user:pass@``: casebox never sends a credential), no query and no
-fragment, only the characters RFC 3986 allows outside those, and a path
-ending in ``/`` (added when missing).
-
-pip's resolver reads the index's pages in the resolver's sandbox
-(executor/resolver.py). The fetch sandbox then downloads exactly the ACKed
-pins with :class:`IndexClient`: each file from the URL pip's report named,
-hashed as it is written, and refused (``index_hash``) unless its bytes have
-the ACKed sha256. It sends no credential, uses no proxy, follows redirects
-only to http(s) without user information, verifies https against the
-certificate bundle of the installer wheel, and caps every file.
+``casebox verify --index URL`` names a PEP 503/691 simple repository (the
+URL rule is ``steward.forwarder.check_index_url``). pip's resolver reads the
+index's pages in the resolver's sandbox (executor/resolver.py). The fetch
+sandbox then downloads exactly the ACKed pins with :class:`IndexClient`:
+each file from the URL pip's report named, hashed as it is written, and
+refused (``index_hash``) unless its bytes have the ACKed sha256. Its one way
+out of the sandbox is the steward's forwarder, given on its command line as
+its proxy (never taken from the environment). It sends no credential,
+follows redirects only to http(s) without user information, verifies https
+against the certificate bundle of the installer wheel, and caps every file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 from typing import Callable
 from urllib.parse import urlsplit
 
-from journal.errors import Refused
-
 SCHEMES = ("http", "https")
-URL_MAX_BYTES = 2_048
-# RFC 3986's unreserved and reserved characters and '%', less '?', '#' and '@': no query, no fragment, no
-# user information, and nothing a parser could read two ways (no space, no backslash, no quote).
-_URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/\[\]%!$&'()*+,;=]+\Z")
 WHEEL_MAX_BYTES = 128 << 20
 TIMEOUT_SECONDS = 60
 USER_AGENT = "casebox-fetch"
 CERTIFI = "pip/_vendor/certifi/cacert.pem"
 _CHUNK = 1 << 16
-
-
-def check_index_url(url: str, where: str) -> str:
-    """The index URL, normalized to end with '/'; Refused (exit 64) for anything but a plain http(s) URL."""
-    if len(url.encode("utf-8")) > URL_MAX_BYTES or not _URL_CHARS.match(url):
-        raise Refused(
-            where,
-            f"{url!r} is not a plain index URL: no user information (user:pass@), no query, no fragment, "
-            f"no spaces or quotes, at most {URL_MAX_BYTES} bytes",
-        )
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        raise Refused(where, f"{url!r} is not a URL") from None
-    if parts.scheme.lower() not in SCHEMES:
-        raise Refused(where, f"{url!r} is not an http or https URL; a local index is given as a directory path")
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if not parts.hostname or port == -1 or port == 0:
-        raise Refused(where, f"{url!r} names no host, or an invalid port")
-    url = parts.scheme.lower() + url[len(parts.scheme):]
-    return url if url.endswith("/") else url + "/"
 
 
 def fetchable(url: str) -> bool:
@@ -83,7 +48,7 @@ class IndexFailure(Exception):
 class IndexClient:
     """Downloads pinned wheels from a network index, inside the fetch sandbox."""
 
-    def __init__(self, *, cadata: str | None) -> None:
+    def __init__(self, *, cadata: str | None, proxy: str | None) -> None:
         import ssl
         import urllib.request
 
@@ -95,9 +60,11 @@ class IndexClient:
                     raise IndexFailure("index", f"{request.full_url} redirects out of http(s) or to user information")
                 return super().redirect_request(request, response, code, message, headers, new_url)
 
-        # No proxy, no credentials, no cookies: only these handlers (and urllib's defaults for errors).
+        # Only the proxy named (the forwarder, the sandbox's one way out), no credentials, no cookies: only these
+        # handlers (and urllib's defaults for errors).
+        proxies = {scheme: proxy for scheme in SCHEMES} if proxy else {}
         self.opener = urllib.request.build_opener(
-            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context), Redirects()
+            urllib.request.ProxyHandler(proxies), urllib.request.HTTPSHandler(context=context), Redirects()
         )
 
     def download(self, url: str, sha256: str, target_fd: int, file: str) -> None:

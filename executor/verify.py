@@ -248,8 +248,8 @@ def _attempt(config, request, plan, cases, capabilities, staging, runtime, index
         runs, notes = _cases(session, gate, service, preparer, request, plan, cases, runtime)
         if preparer.networked:
             notes.append(
-                f"the host's network was given to the resolver and fetch sandboxes only ({', '.join(preparer.networked)}), "
-                f"for the index {request.index_url}"
+                f"the index network (the steward's forwarder to {request.index_url} and its file hosts, nothing else) "
+                f"was given to the resolver and fetch sandboxes only ({', '.join(preparer.networked)})"
             )
         progress("cleanup and retirement")
         closing = True

@@ -48,7 +48,7 @@ NOTE_BODY = r"[ -~]*"
 ID = re.compile(f"(?:{ID_BODY})\\Z")
 TARGET = re.compile(f"(?:{TARGET_BODY})\\Z")
 NOTE = re.compile(f"(?:{NOTE_BODY})\\Z")
-# The steward names a sandbox that had the host's network <stage>-<n>-net (docs/launcher.md), so every op
+# The steward names a sandbox that had the index network <stage>-<n>-net (docs/launcher.md), so every op
 # id of it (<sandbox>.launcher, .init, .mount-N, .op-N) tells a reviewer and the evaluator so.
 NETWORK_SANDBOX_SUFFIX = "-net"
 
@@ -67,12 +67,12 @@ def sandbox_of(op_id: str) -> str | None:
 
 
 def networked_sandbox(sandbox: str) -> bool:
-    """True when the sandbox so named had the host's network."""
+    """True when the sandbox so named had the index network (the forwarder to a network index)."""
     return sandbox.endswith(NETWORK_SANDBOX_SUFFIX)
 
 
 def networked_op(op_id: str) -> bool:
-    """True when ``op_id`` belongs to a sandbox that had the host's network."""
+    """True when ``op_id`` belongs to a sandbox that had the index network."""
     sandbox = sandbox_of(op_id)
     return sandbox is not None and networked_sandbox(sandbox)
 

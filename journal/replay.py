@@ -114,7 +114,7 @@ def _host_mount(line: Timeline, mount: Mount) -> list[str]:
 def _sandbox(line: Timeline, sandbox: Sandbox) -> list[str]:
     lines = [
         f"{since(line.start, sandbox.first_at):<{_WHEN}}{sandbox.title}  "
-        f"spans {duration(sandbox.first_at, sandbox.last_at)}" + ("  with the host's network" if sandbox.host_network else "")
+        f"spans {duration(sandbox.first_at, sandbox.last_at)}" + ("  with the index network" if sandbox.networked else "")
     ]
     width = max((len(sandbox.local(process.op_id)) for process in sandbox.processes), default=0)
     for process in sandbox.processes:

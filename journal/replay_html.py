@@ -237,7 +237,7 @@ def _sandbox_title(line: Timeline, sandbox: Sandbox) -> str:
     return (
         f"{sandbox.title}: from {since(line.start, sandbox.first_at)} to {since(line.start, sandbox.last_at)} "
         f"({duration(sandbox.first_at, sandbox.last_at)})\n{roles}; {plural(len(sandbox.mounts), 'mount record')}"
-        + ("\nit had the host's network (its name ends -net)" if sandbox.host_network else "")
+        + ("\nit had the index network (its name ends -net)" if sandbox.networked else "")
     )
 
 
@@ -257,7 +257,7 @@ def _sandbox_outcome(sandbox: Sandbox) -> str:
         if process not in ops and process.wait_status != 0:
             name = "pid 1" if process is sandbox.pid1 else sandbox.local(process.op_id)
             words.append(f"{name} {short_wait(process)}")
-    return ", ".join(words) + (" · had the host network" if sandbox.host_network else "")
+    return ", ".join(words) + (" · had the index network" if sandbox.networked else "")
 
 
 def _process_title(line: Timeline, process: Process) -> str:

@@ -106,8 +106,9 @@ class Sandbox:
         return None if pid1 is None else pid1.terminal_at
 
     @property
-    def host_network(self) -> bool:
-        """The steward names a sandbox that had the host's network ``<stage>-<n>-net`` (docs/launcher.md)."""
+    def networked(self) -> bool:
+        """The steward names a sandbox that had the index network (the forwarder to a network index, its
+        only way out of its own network namespace) ``<stage>-<n>-net`` (docs/launcher.md)."""
         return networked_sandbox(self.name)
 
     @property

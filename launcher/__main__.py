@@ -75,8 +75,7 @@ def stage_one(staging_fd: int, socket_name: str) -> int:
             *(f"{tree}={target}" for tree, target in trees),
         ]
         keep = [channel.sock.fileno(), setup.import_dir, setup.op_cgroup, *(tree for tree, _ in trees)]
-        namespaces = reexec.HOST_NETWORK_NAMESPACES if setup.fields["host_network"] else reexec.NAMESPACES
-        pid, failure = reexec.clone_into_namespaces(setup.interpreter, setup.interpreter_path, memfd, arguments, keep, namespaces)
+        pid, failure = reexec.clone_into_namespaces(setup.interpreter, setup.interpreter_path, memfd, arguments, keep)
         channel.send("CHILD", pid=pid)
         if failure:
             channel.abort(f"re-exec: {failure}")
@@ -115,8 +114,7 @@ def pid_one(arguments: list[str]) -> int:
         builder.dev()
         builder.scratch("/tmp", setup["tmp_bytes"], setup["uid"], setup["gid"])
         builder.scratch("/work", setup["work_bytes"], setup["uid"], setup["gid"])
-        if not setup["host_network"]:
-            network.loopback_up()
+        network.loopback_up()
         network.set_hostname(setup["hostname"])
         limits.apply_bootstrap_limits(
             processes=setup["rlimit_nproc"],

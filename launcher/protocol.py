@@ -114,7 +114,6 @@ MESSAGES = {
             ("rlimit_nproc", "u64"),
             ("rlimit_nofile", "u64"),
             ("rlimit_fsize", "u64"),
-            ("host_network", "u8"),
             ("seccomp_program", "bytes"),
         ),
     ),

@@ -30,9 +30,6 @@ NAMESPACES = (
     | syscalls.CLONE_NEWUTS
     | syscalls.CLONE_NEWCGROUP
 )
-# The namespaces of a sandbox that shares the host's network (the resolver and fetch of a network index,
-# docs/pipeline.md): every one but the network namespace.
-HOST_NETWORK_NAMESPACES = NAMESPACES & ~syscalls.CLONE_NEWNET
 _MFD_NOEXEC_SEAL = 0x8
 _PR_SET_PDEATHSIG = 1
 _CHUNK = 1 << 16
@@ -97,7 +94,7 @@ def verify_reentry(memfd: int, digest: bytes, argv0: str, module_file: str) -> N
 
 
 def clone_into_namespaces(
-    interpreter_fd: int, interpreter_path: str, memfd: int, arguments: list[str], keep: list[int], namespaces: int = NAMESPACES
+    interpreter_fd: int, interpreter_path: str, memfd: int, arguments: list[str], keep: list[int]
 ) -> tuple[int, str]:
     """Start the sandbox's pid 1 as a sibling (CLONE_PARENT): its pid and, if its exec failed, why.
 
@@ -107,7 +104,7 @@ def clone_into_namespaces(
     sandbox dies with the starter.
     """
     report_read, report_write = os.pipe2(os.O_CLOEXEC)
-    pid = syscalls.clone(syscalls.CLONE_PARENT | namespaces)
+    pid = syscalls.clone(syscalls.CLONE_PARENT | NAMESPACES)
     if pid == 0:
         try:
             os.close(report_read)

@@ -94,13 +94,10 @@ def is_mount_target(target: str) -> bool:
     )
 
 
-def is_capability_target(target: str, host_network: bool = False) -> bool:
-    """Where a read-only CAPABILITY may go: /usr, /cap/NAME, or a path of its own (:func:`is_mount_target`); and
-    /etc in a sandbox with the host's network (its resolver files, S9), never in one with loopback only."""
-    return (
-        target == "/usr" or _is_named(target, "/cap/") or is_mount_target(target)
-        or (host_network and target == "/etc")
-    )
+def is_capability_target(target: str) -> bool:
+    """Where a read-only CAPABILITY may go: /usr, /cap/NAME, or a path of its own (:func:`is_mount_target`);
+    never /etc (S9: no sandbox gets host configuration)."""
+    return target == "/usr" or _is_named(target, "/cap/") or is_mount_target(target)
 
 
 def is_output_target(target: str) -> bool:
@@ -134,7 +131,7 @@ def receive_setup(channel: Channel, nonce: bytes) -> Setup:
         target = message.fields["target"]
         known = {target for _, target in setup.capabilities + setup.outputs}
         if message.name == "CAPABILITY":
-            valid, place, trees = is_capability_target(target, setup.fields["host_network"]), "/usr, a new /cap/NAME or a path of its own", setup.capabilities
+            valid, place, trees = is_capability_target(target), "/usr, a new /cap/NAME or a path of its own", setup.capabilities
         else:
             valid, place, trees = is_output_target(target), "a new /out/NAME", setup.outputs
         if not valid or target in known:

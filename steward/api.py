@@ -29,10 +29,11 @@ EVIDENCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}\Z")
 EVIDENCE_RULE = "must be one file name of A-Z a-z 0-9 . _ -, starting with a letter or digit, at most 255 bytes"
 MAX_EVIDENCE_BYTES = 512 << 10
 MAX_EVIDENCE_FILES = 254
-# A sandbox's network (docs/launcher.md, S9): its own namespace with only lo, or the steward's own.
+# A sandbox's network (docs/launcher.md, S9): always a namespace of its own with lo; ``index`` adds the steward's
+# forwarder to one network index (steward/forwarder.py), for the resolver and fetch of that index only.
 LOOPBACK = "loopback"
-HOST_NETWORK = "host"
-NETWORKS = (LOOPBACK, HOST_NETWORK)
+INDEX_NETWORK = "index"
+NETWORKS = (LOOPBACK, INDEX_NETWORK)
 DEFAULT_PROCESSES = 512
 # The kernel's limit on a thread's stacked filters is their total length; no process has near this many.
 MAX_FILTERS = 4_096
@@ -129,8 +130,9 @@ class Opened:
 @dataclasses.dataclass(frozen=True)
 class Ready:
     """A READY sandbox: its id, the journal head, the launcher's proof of the drop (S5) and of its syscall
-    filter (S12: ``Seccomp`` mode, filter count, the loaded program's SHA-256), and the network its pid 1 is
-    in as the starter observed it (``loopback`` or ``host``, S9)."""
+    filter (S12: ``Seccomp`` mode, filter count, the loaded program's SHA-256), and its network (``loopback``,
+    or ``index`` with the forwarder listening in it), in a namespace of pid 1's own as the starter observed
+    it (S9)."""
 
     sandbox: str
     head: str

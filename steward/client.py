@@ -81,10 +81,12 @@ class RemoteSession:
 
     def start_sandbox(
         self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: api.Limits = api.Limits(), network: str = api.LOOPBACK,
+        index: str | None = None,
     ) -> api.Ready:
-        fields, _ = self._call(
-            "START", {"read": list(read), "write": list(write), "limits": limits.to_wire(), "network": network}
-        )
+        request = {"read": list(read), "write": list(write), "limits": limits.to_wire(), "network": network}
+        if index is not None:
+            request["index"] = index
+        fields, _ = self._call("START", request)
         return api.Ready.from_wire(fields)
 
     def run(

@@ -47,7 +47,7 @@ from journal.files import JOURNAL_NAME, read_evidence
 from journal.format import Kind
 from journal.reader import Reading
 from journal.writer import JournalWriter
-from steward import cgroups, cleanup, documents, helper, hostnetwork, inventory, retirement
+from steward import cgroups, cleanup, documents, helper, inventory, retirement
 from steward.session import Settings
 from steward.stateroot import STAGES, STAGING, TOMBSTONES, StateRoot, open_directory_at
 
@@ -89,8 +89,6 @@ def remove_sandbox_residue(root: StateRoot, stage_id: str) -> list[str]:
     for name in root.entries(STAGING):
         if name.startswith((f"launcher-{stage_id}-", f"rendezvous-{stage_id}-")):
             os.unlink(name, dir_fd=staging)
-            removed.append(root.path_of(STAGING, name))
-        elif name.startswith(f"{hostnetwork.PREFIX}{stage_id}-") and hostnetwork.remove_etc(staging, name):
             removed.append(root.path_of(STAGING, name))
     hierarchy = cgroups.detect()
     for directory in sorted({hierarchy.memory_dir, hierarchy.pids_dir} if hierarchy else ()):

@@ -49,18 +49,17 @@ import selectors
 import signal
 import socket
 import stat
-import sys
 import threading
 import time
 import traceback
 
 from journal import strictjson
 from journal.closed import ClosedObject
-from journal.errors import SENTENCE_LIMIT, Refused
+from journal.errors import Refused
 from journal.format import RESERVE_START, Kind, encode_frame, encode_payload
-from journal.untrusted import escape
 from steward import api
 from steward.failure import SandboxFailure
+from steward.log import log
 from steward.session import MAX_CAPABILITIES, Session, Steward
 from steward.wire import SOCKET_BUFFER, STEWARD, Endpoint, Message, WireError, peer_credentials
 
@@ -102,10 +101,6 @@ BASE_DESCRIPTORS = 64
 def descriptors_needed(bounds: Bounds) -> int:
     """The descriptor limit the bounds need: every connection they admit (root's beside the total) at its most."""
     return BASE_DESCRIPTORS + (bounds.max_connections + bounds.max_connections_per_uid) * SESSION_DESCRIPTORS
-
-
-def log(text: str) -> None:
-    print(f"casebox-steward: {escape(text, limit=SENTENCE_LIMIT)}", file=sys.stderr, flush=True)
 
 
 def notify(state: str) -> None:
@@ -319,8 +314,9 @@ class Connection:
         read, write = _names(fields, "read"), _names(fields, "write")
         limits = api.Limits.from_wire(fields.pop_object("limits"))
         network = api.check_network(fields.pop_str("network", max_bytes=16), f"{fields.path}.network")
+        index = fields.pop_str("index", max_bytes=4_096) if fields.has("index") else None
         fields.done()
-        return self.session.start_sandbox(read=read, write=write, limits=limits, network=network).to_wire(), ()
+        return self.session.start_sandbox(read=read, write=write, limits=limits, network=network, index=index).to_wire(), ()
 
     def _do_run(self, fields: ClosedObject, fds: list[int]):
         argv = _strings(fields, "argv", min_items=1, max_items=4_096)

@@ -91,6 +91,8 @@ class Settings:
     lease_seconds: float = 120.0
     timing: attempts.Timing = attempts.Timing()
     helper_command: tuple[str, ...] = attempts.HELPER_COMMAND
+    # The hosts besides the index's own that an index sandbox's forwarder may reach (``index_file_hosts``).
+    index_file_hosts: tuple[str, ...] = ()
 
 
 class SessionLedger:
@@ -427,15 +429,22 @@ class Session:
     @_room_checked
     def start_sandbox(
         self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(), network: str = api.LOOPBACK,
+        index: str | None = None,
     ) -> api.Ready:
         """Start one sandbox: each ``read`` name (a capability or a sealed output) read-only at /cap/NAME,
         each ``write`` name (an unsealed output) writable at /out/NAME. One sandbox at a time per session.
-        ``network`` is ``loopback`` (S9) or ``host``; a host-network sandbox is named ``<stage>-<n>-net``."""
+        ``network`` is ``loopback`` (S9) or ``index``, which needs the ``index`` URL: the sandbox then gets the
+        forwarder to that index and the configured file hosts (steward/forwarder.py) and is named
+        ``<stage>-<n>-net``."""
+        from steward.forwarder import Destinations
         from steward.starter import Sandbox, Spec
 
         self._usable()
         if network not in api.NETWORKS:
             raise Refused("network", f"must be one of {', '.join(api.NETWORKS)}")
+        if (index is not None) != (network == api.INDEX_NETWORK):
+            raise Refused("index", f"is given with the {api.INDEX_NETWORK} network, and only with it")
+        destinations = None if index is None else Destinations.of(index, self.settings.index_file_hosts)
         if self.sandbox is not None:
             raise Refused("sandbox", "is already open; close it before starting another")
         names = list(read) + list(write)
@@ -465,8 +474,11 @@ class Session:
                 opened.append(fd)
                 writable.append((name, fd))
             self.sandboxes += 1
-            spec = Spec(self.settings.uid, self.settings.gid, tuple(capabilities), limits, tuple(writable), network, tuple(mounts))
-            suffix = NETWORK_SANDBOX_SUFFIX if network == api.HOST_NETWORK else ""
+            spec = Spec(
+                self.settings.uid, self.settings.gid, tuple(capabilities), limits, tuple(writable), network, tuple(mounts),
+                destinations,
+            )
+            suffix = NETWORK_SANDBOX_SUFFIX if network == api.INDEX_NETWORK else ""
             sandbox = Sandbox(spec, self.ledger, self.root, f"{self.stage_id}-{self.sandboxes}{suffix}")
             try:
                 sandbox.boot()

@@ -34,10 +34,12 @@ from journal.errors import Refused
 from launcher import drop, limits, protocol, seccomp
 from launcher.environment import forbidden_variable
 from launcher.protocol import Channel, ProtocolError
-from steward import cgroups, dedicated, hostnetwork, procfs, provision
-from steward.api import HOST_NETWORK, LOOPBACK, NETWORKS, Limits, OpNotStarted, OpResult
+from steward import cgroups, dedicated, procfs, provision
+from steward.api import INDEX_NETWORK, LOOPBACK, NETWORKS, Limits, OpNotStarted, OpResult
 from steward.failure import SandboxFailure
+from steward.forwarder import Destinations, Forwarder
 from steward.ledger import IntentLedger
+from steward.log import log
 from steward.runtime import open_runtime
 from steward.stateroot import StateRoot
 
@@ -54,8 +56,9 @@ class Spec:
     ownership of the descriptors. A capability is mounted read-only at /cap/NAME, an output writable (nosuid,
     nodev, noexec) at /out/NAME. ``mounts`` are (PATH, descriptor): capabilities mounted read-only at a path
     of their own, the one they have on the host (a case runtime's prefix; launcher.rendezvous.is_mount_target).
-    ``network`` is ``loopback`` (a network namespace of its own with only lo, S9) or ``host`` (the starter's
-    own network namespace: only the resolver and fetch of a network index)."""
+    Every sandbox has a network namespace of its own with only lo (S9); ``network`` ``index`` adds the
+    forwarder to ``destinations`` (steward/forwarder.py: only the resolver and fetch of a network index),
+    ``loopback`` nothing."""
 
     uid: int
     gid: int
@@ -64,6 +67,7 @@ class Spec:
     outputs: tuple[tuple[str, int], ...] = ()
     network: str = LOOPBACK
     mounts: tuple[tuple[str, int], ...] = ()
+    destinations: Destinations | None = None
 
 
 def op_class(reported: str, before: cgroups.Counters, after: cgroups.Counters) -> str:
@@ -166,8 +170,7 @@ class Sandbox:
         self.staging_fd = -1
         self.launcher_name = f"launcher-{self.id}.pyc"
         self.socket_name = f"rendezvous-{self.id}.sock"
-        self.etc_name = f"{hostnetwork.PREFIX}{self.id}"
-        self.etc_made = False
+        self.forwarder: Forwarder | None = None
         self.stage_one: subprocess.Popen | None = None
         self.unreaped: dict[int, str] = {}
         self.init_pid = 0
@@ -185,6 +188,8 @@ class Sandbox:
         self.unrecorded: list[Exception] = []
         if spec.network not in NETWORKS:
             raise ValueError(f"network must be one of {NETWORKS}")
+        if (spec.destinations is not None) != (spec.network == INDEX_NETWORK):
+            raise ValueError("an index network needs its destinations, and only it has any")
 
     # -- start -----------------------------------------------------------
 
@@ -219,16 +224,11 @@ class Sandbox:
             *(("OUTPUT", fd, f"/out/{name}") for name, fd in self.spec.outputs),
         ]
         runtime = None
-        etc_fd = -1
         try:
             runtime = open_runtime()
             data, digest = provision.shipped()
             program = provision.shipped_filter()
             self.staging_fd, root_path = provision.open_staging(self.state_root)
-            if self.spec.network == HOST_NETWORK:
-                self.etc_made = True
-                etc_fd = hostnetwork.make_etc(self.staging_fd, self.etc_name)
-                trees.insert(1, ("CAPABILITY", etc_fd, hostnetwork.TARGET))
             shown = os.path.join(root_path, provision.STAGING, self.launcher_name)
             provision.provision(self.staging_fd, self.launcher_name, data, shown=shown)
             launcher_fd = provision.open_verified(self.staging_fd, self.launcher_name, digest, shown=shown)
@@ -247,8 +247,6 @@ class Sandbox:
             self._setup(digest, program, runtime, trees)
         finally:
             os.close(usr_fd)
-            if etc_fd >= 0:
-                os.close(etc_fd)
             if runtime is not None:
                 runtime.close()
         self._bootstrap()
@@ -353,7 +351,6 @@ class Sandbox:
             rlimit_nproc=caps.processes + 2,
             rlimit_nofile=caps.files,
             rlimit_fsize=caps.file_size,
-            host_network=spec.network == HOST_NETWORK,
             seccomp_program=program,
         )
         self.channel.leaf("IMPORT_DIR", (runtime.import_dir_fd,))
@@ -379,12 +376,16 @@ class Sandbox:
                     seccomp.check(observations, seccomp.inherited_filters())
                 except (drop.DropError, seccomp.FilterError) as error:
                     raise ProtocolError(str(error)) from None
-                network = hostnetwork.network_of(self.init_pid)
-                if network != self.spec.network:
-                    # S9: a sandbox meant to have loopback only never gets an op in the host's network.
-                    raise ProtocolError(f"pid 1 has the {network} network, not the {self.spec.network} network asked for")
+                if procfs.shares_network_namespace(self.init_pid):
+                    # S9: no op ever runs in the host's network namespace.
+                    raise ProtocolError("pid 1 shares the steward's network namespace; every sandbox has its own")
+                if self.spec.network == INDEX_NETWORK:
+                    try:
+                        self.forwarder = Forwarder.open(self.init_pid, self.spec.destinations, name=self.id, log=log)
+                    except OSError as error:
+                        raise ProtocolError(f"the forwarder cannot listen in the sandbox's network namespace: {error}") from None
                 self.hidepid = message.fields["proc_hidepid"]
-                self.ready = dict(message.fields, network=network)
+                self.ready = dict(message.fields, network=self.spec.network)
                 # The filter every op will run under is durable before any op can be sent (S12, J1).
                 self.ledger.sandbox_ready(self._op_id("init"), message.fields["filter_digest"].hex())
                 self.channel.ack(message)
@@ -536,6 +537,9 @@ class Sandbox:
         still reaped and the cgroup and staging files removed, then the first
         such failure is raised, so a missing record is never silent.
         """
+        if self.forwarder is not None:
+            self.forwarder.close()
+            self.forwarder = None
         if self.channel is not None:
             self.channel.sock.close()
             self.channel = None
@@ -562,9 +566,6 @@ class Sandbox:
                 os.unlink(self.launcher_name, dir_fd=self.staging_fd)
             except FileNotFoundError:
                 pass
-            if self.etc_made:
-                hostnetwork.remove_etc(self.staging_fd, self.etc_name)
-                self.etc_made = False
             os.close(self.staging_fd)
             self.staging_fd = -1
         if self.unrecorded:

@@ -3,7 +3,8 @@
 :func:`build_simple` lays out ``simple/<project>/index.html`` pages linking
 ``files/<wheel>#sha256=HEX`` for every wheel of a find-links directory;
 :class:`IndexServer` serves such a tree from a thread on 127.0.0.1 and
-records every request it got (path and headers).
+records every request it got (path and headers); :class:`Listener` only
+counts the connections it gets.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import functools
 import hashlib
 import http.server
 import pathlib
+import select
 import shutil
+import socket
 import threading
 
 from executor.manifest import wheel_project
@@ -95,3 +98,31 @@ class IndexServer:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that only counts the connections it is sent (a stand-in for a metadata
+    service or any other host service a sandbox must never reach); ``connections`` is how many arrived."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if select.select([self.socket], [], [], 0.05)[0]:
+                connection, _ = self.socket.accept()
+                self.connections += 1
+                connection.close()
+
+    def __enter__(self) -> "Listener":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.thread.join()
+        self.socket.close()

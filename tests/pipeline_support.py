@@ -55,6 +55,7 @@ class Op:
     write: list[str]
     outputs: dict[str, pathlib.Path]
     network: str = "loopback"
+    index: str | None = None
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     limits: object = None
     cwd: str = ""
@@ -89,12 +90,12 @@ class FakeSession:
     def create_output(self, name: str, *, max_bytes: int = 0, max_inodes: int = 0) -> None:
         (self.root / "live" / name).mkdir()
 
-    def start_sandbox(self, *, read=(), write=(), limits=None, network="loopback") -> Ready:
+    def start_sandbox(self, *, read=(), write=(), limits=None, network="loopback", index=None) -> Ready:
         assert self.open is None, "one sandbox at a time"
         self.starts += 1
         if self.starts in self.failing_starts:
             raise SandboxFailure(f"start {self.starts} failed on purpose")
-        self.open = (list(read), list(write), network, limits)
+        self.open = (list(read), list(write), network, index, limits)
         return Ready(
             sandbox=f"s{self.starts}", head=HEAD, uids=("1",) * 4, gids=("1",) * 4, groups="", setuid0_errno=1,
             securebits=0, capabilities=0, no_new_privs=True, dumpable=False, seccomp=2, seccomp_filters=1,
@@ -103,9 +104,9 @@ class FakeSession:
 
     def run(self, argv, **op) -> OpOutcome:
         assert self.open is not None
-        read, write, network, limits = self.open
+        read, write, network, index, limits = self.open
         record = Op(
-            list(argv), read, write, {name: self.root / "live" / name for name in write}, network, dict(op["env"]),
+            list(argv), read, write, {name: self.root / "live" / name for name in write}, network, index, dict(op["env"]),
             limits, op.get("cwd", "/work"), op["timeout_ms"], (op["stdout_cap"], op["stderr_cap"]),
         )
         self.ops.append(record)

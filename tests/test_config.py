@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -169,6 +170,6 @@ def test_the_documented_keys_and_example_match_the_code(repo, tmp_path):
             row = re.search(rf"^\| `{field.name}` \|[^|]*\| `?([^|`]*)`? \|", text, re.MULTILINE)
             assert row, field.name
             default = field.default
-            assert row.group(1) == (str(list(default)).replace(" ", "") if isinstance(default, tuple) else str(default))
+            assert row.group(1) == (json.dumps(list(default)).replace(" ", "") if isinstance(default, tuple) else str(default))
     example = re.search(r"```toml\n(.*?)```", text, re.DOTALL).group(1)
     assert config.load(str(write(tmp_path, example))).client_uids == (0, 1001)

@@ -421,8 +421,8 @@ def test_a_wait_status_that_disagrees_with_the_journal_is_unverified_never_pass(
 
 
 @pytest.mark.parametrize("sandbox, expected", [("stage-1-4-net", (UNVERIFIED, "network_sandbox")), ("stage-1-4", (PASS, "passed"))])
-def test_a_receipt_from_a_sandbox_that_had_the_host_network_is_unverified(tmp_path, sandbox, expected):
-    """S9, E1: only the resolver and fetch of a network index get the host's network (a sandbox named
+def test_a_receipt_from_a_sandbox_that_had_the_index_network_is_unverified(tmp_path, sandbox, expected):
+    """S9, E1: only the resolver and fetch of a network index get the index network (a sandbox named
     <stage>-<n>-net in the journal); a case's receipt whose op ran in one is never a PASS."""
     assert judge_single_run(tmp_path, "python-module", Run(), sandbox=sandbox) == expected
 

@@ -263,17 +263,18 @@ def test_a_namespace_without_a_recorded_pid1_has_no_end():
     assert "ended with the namespace" not in text and "with pid 1" not in render_html(reading, "journal")
 
 
-def test_a_sandbox_that_had_the_host_network_says_so():
-    """S9: a sandbox named <stage>-<n>-net had the host's network; its lane says so, and no other lane does."""
+def test_a_sandbox_that_had_the_index_network_says_so():
+    """S9: a sandbox named <stage>-<n>-net had the index network (the forwarder); its lane says so, and no other
+    lane does."""
     ledger = ChainLedger()
     write_sandbox(ledger, "s-1-1-net", 100)
     write_sandbox(ledger, "s-1-2", 200)
     reading = read_journal(ledger.chain.bytes())
-    assert [sandbox.host_network for sandbox in timeline(reading).sandboxes] == [True, False]
+    assert [sandbox.networked for sandbox in timeline(reading).sandboxes] == [True, False]
     text = render_text(reading, "journal")
-    assert text.count("with the host's network") == 1 and "sandbox s-1-1-net  spans" in text.split("with the host's")[0]
+    assert text.count("with the index network") == 1 and "sandbox s-1-1-net  spans" in text.split("with the index")[0]
     page = render_html(reading, "journal")
-    assert page.count(">op-1 exit 0 (2.000 ms) · had the host network<") == 1 and page.count("it had the host's network") == 1
+    assert page.count(">op-1 exit 0 (2.000 ms) · had the index network<") == 1 and page.count("it had the index network") == 1
 
 
 def test_a_mount_unmounted_in_its_namespace_does_not_end_with_it():

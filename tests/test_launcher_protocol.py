@@ -210,22 +210,21 @@ def test_output_encodes_to_the_documented_bytes():
     assert protocol.decode(OUTPUT_BYTES) == ("OUTPUT", 5, {"target": "/out/tree"})
 
 
-@pytest.mark.parametrize("message, target, accepted, host_network", [
-    ("CAPABILITY", "/usr", True, False),
-    ("CAPABILITY", "/cap/data", True, False),
-    ("CAPABILITY", "/out/data", False, False),
-    ("CAPABILITY", "/etc", False, False),
-    ("CAPABILITY", "/etc", True, True),
-    ("OUTPUT", "/out/data", True, False),
-    ("OUTPUT", "/cap/data", False, False),
-    ("OUTPUT", "/usr", False, False),
-    ("OUTPUT", "/out/../etc", False, False),
-    ("OUTPUT", "/out/", False, False),
-    ("OUTPUT", "/etc", False, True),
+@pytest.mark.parametrize("message, target, accepted", [
+    ("CAPABILITY", "/usr", True),
+    ("CAPABILITY", "/cap/data", True),
+    ("CAPABILITY", "/out/data", False),
+    ("CAPABILITY", "/etc", False),
+    ("OUTPUT", "/out/data", True),
+    ("OUTPUT", "/cap/data", False),
+    ("OUTPUT", "/usr", False),
+    ("OUTPUT", "/out/../etc", False),
+    ("OUTPUT", "/out/", False),
+    ("OUTPUT", "/etc", False),
 ])
-def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_they_belong(pair, message, target, accepted, host_network):
+def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_they_belong(pair, message, target, accepted):
     """S4: a writable tree only at /out/NAME, a read-only one only at /usr or /cap/NAME, each target once;
-    S9: /etc (the host's resolver files) only in a sandbox with the host's network, never in a loopback one."""
+    S9: never /etc (no sandbox gets host configuration, not even the resolver's of a network index)."""
     from launcher import rendezvous
 
     starter, launcher = pair
@@ -234,8 +233,7 @@ def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_the
         launcher.leaf = lambda name, fds=(), **fields: None
         for name, fds, fields in [
             ("SETUP", (), {"digest": b"\x00" * 32, "uid": 7, "gid": 7, "hostname": "h", "tmp_bytes": 1, "work_bytes": 1,
-                           "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1, "seccomp_program": b"",
-                           "host_network": host_network}),
+                           "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1, "seccomp_program": b""}),
             ("IMPORT_DIR", (directory,), {}),
             ("INTERPRETER", (directory,), {"path": "/usr/bin/python3"}),
             ("OP_CGROUP", (directory,), {}),
@@ -283,7 +281,7 @@ def test_pid_one_refuses_an_op_it_cannot_run_as_materialized(change, rule):
 
 
 SETUP = {"digest": b"\x00" * 32, "uid": 7, "gid": 7, "hostname": "h", "tmp_bytes": 1, "work_bytes": 1,
-         "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1, "host_network": False, "seccomp_program": b""}
+         "rlimit_nproc": 1, "rlimit_nofile": 1, "rlimit_fsize": 1, "seccomp_program": b""}
 
 
 @pytest.mark.parametrize("setup, trees, rule", [

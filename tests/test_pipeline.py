@@ -279,7 +279,7 @@ def test_accepted_pins_are_fetched_and_sealed(tmp_path, staging, index):
     assert result.files("runner") == () and result.modules == {"demo-app": ("demo_app",)}
     fetch = session.ops[1]
     assert fetch.read == ["tools", "request", "pins", "index"] and fetch.write == ["deps"]
-    assert fetch.argv[6:] == ["fetch", "/cap/pins/pins.json", "/out/deps", "/cap/index", f"/cap/request/{RUNTIME.installer.file}"]
+    assert fetch.argv[6:] == ["fetch", "/cap/pins/pins.json", "/out/deps", "/cap/index", f"/cap/request/{RUNTIME.installer.file}", "-"]
     with open(os.path.join(staging.path, "pins", "pins.json"), "rb") as acks:
         assert [(found.tree, found.file, found.sha256) for found in acks_from_bytes(acks.read())] == [("candidate", "lib-1.0-py3-none-any.whl", LIB_SHA)]
 

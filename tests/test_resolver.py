@@ -48,7 +48,8 @@ def dirs(tmp_path):
     return candidate, index
 
 
-def run_resolver(tmp_path, candidate, index, runner=()) -> subprocess.CompletedProcess:
+def run_resolver(tmp_path, candidate, index, runner=(), proxy="-") -> subprocess.CompletedProcess:
+    """The resolver tool as its sandbox runs it; ``proxy`` is its forwarder (``-``: none, straight to the index)."""
     request = tmp_path / "request"
     request.mkdir(exist_ok=True)
     (request / PIP_WHEEL.name).write_bytes(PIP_WHEEL.read_bytes())
@@ -58,13 +59,13 @@ def run_resolver(tmp_path, candidate, index, runner=()) -> subprocess.CompletedP
     scratch = tmp_path / "scratch"
     scratch.mkdir(exist_ok=True)
     return subprocess.run(
-        [RUNTIME, "-I", "-S", "-B", "-c", _tools_boot(tmp_path), "resolve", str(request), str(candidate), str(index)],
+        [RUNTIME, "-I", "-S", "-B", "-c", _tools_boot(tmp_path), "resolve", str(request), str(candidate), str(index), proxy],
         capture_output=True, env={"TMPDIR": str(scratch), "PIP_CONFIG_FILE": "/dev/null", "PIP_NO_INPUT": "1"}, timeout=180,
     )
 
 
-def leaves(tmp_path, candidate, index, runner=()) -> list[dict]:
-    answer = run_resolver(tmp_path, candidate, index, runner)
+def leaves(tmp_path, candidate, index, runner=(), proxy="-") -> list[dict]:
+    answer = run_resolver(tmp_path, candidate, index, runner, proxy)
     assert answer.returncode == 0, answer.stderr.decode()
     return [json.loads(line) for line in answer.stdout.splitlines()]
 

@@ -92,9 +92,9 @@ def _verify(args: argparse.Namespace) -> int:
     from executor.receipts import MAX_ATTEMPT_NUMBER
     from executor.reporting import Progress
     from executor.shard import parse_shard
-    from executor.simpleindex import check_index_url
     from executor.verify import Attempt, verify
     from journal.createonly import check_creatable
+    from steward.forwarder import check_index_url
 
     attempt_id = check_attempt(args.attempt, "--attempt")
     sha256 = check_sha256(args.sha256, "--sha256")
@@ -160,7 +160,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--index", metavar="DIR|URL",
         help="where dependencies are resolved from: a local find-links directory (offline; must pass F4), or the "
         "http(s) URL of a simple index (PEP 503/691; no user:pass@, query or fragment), which gives the resolver "
-        "and fetch sandboxes, and only those, the host's network",
+        "and fetch sandboxes, and only those, the index network: the steward's forwarder to that index and its "
+        "file hosts (index_file_hosts), nothing else",
     )
     command.add_argument(
         "--installer", metavar="WHEEL",
