@@ -173,11 +173,16 @@ def test_each_candidate_wheel_lists_the_modules_it_installs(tmp_path, dirs):
 
 
 def test_a_direct_url_requirement_is_refused_before_any_resolver_runs(tmp_path, dirs):
-    """Only names and versions resolved through the index are fetched: `x @ URL` is direct_url, and pip never
-    sees it (the sandbox is offline, so pip would fail otherwise, with another reason)."""
+    """Issue 16, 1: only names and versions resolved through the index are fetched: `x @ URL` is direct_url, and
+    pip never sees it (the sandbox is offline, so pip would fail otherwise, with another reason); nor one behind
+    a marker that excludes it, and the runner's resolution (pytest is not in this index, so it would fail with
+    no_match) never starts."""
     candidate, index = dirs
     wheel(candidate, "demo-app", "1.0", "x @ http://127.0.0.1:9/x-1.0-py3-none-any.whl")
     assert failure(leaves(tmp_path, candidate, index)) == ("direct_url", "demo-app requires x from a direct URL")
+    other = tmp_path / "other"
+    wheel(other, "demo-app", "1.0", "y @ http://127.0.0.1:9/y-1.0-py3-none-any.whl ; python_version < '3'")
+    assert failure(leaves(tmp_path, other, index, runner=["pytest"])) == ("direct_url", "demo-app requires y from a direct URL")
 
 
 def test_an_invalid_requirement_or_a_metadata_of_another_project_is_a_metadata_failure(tmp_path, dirs):
