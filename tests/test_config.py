@@ -51,6 +51,15 @@ def test_a_full_file_is_read(tmp_path):
     assert loaded.as_dict()["client_uids"] == [0, 1000]
 
 
+def test_index_file_hosts_are_read_normalized_and_may_be_empty(tmp_path):
+    """The forwarder's file hosts (issue 16): HOST or HOST:PORT, normalized to host:port; [] allows the index alone."""
+    path = write(tmp_path, 'index_file_hosts = ["Files.PythonHosted.org", "mirror.example.org:8443", "[2001:db8::1]"]\n')
+    loaded = config.load(str(path))
+    assert loaded.index_file_hosts == ("files.pythonhosted.org:443", "mirror.example.org:8443", "[2001:db8::1]:443")
+    assert loaded.as_dict()["index_file_hosts"] == list(loaded.index_file_hosts)
+    assert config.load(str(write(tmp_path, "index_file_hosts = []\n"))).index_file_hosts == ()
+
+
 def test_defaults_when_the_default_file_is_absent(tmp_path, monkeypatch):
     """F1: with no --config and no /etc/casebox/casebox.toml, the built-in defaults apply."""
     monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "absent.toml"))
@@ -95,6 +104,11 @@ def test_a_bad_default_file_is_refused_not_ignored(tmp_path, monkeypatch):
         ("max_connections = true\n", "max_connections", "must be an integer from 1 to 4096"),
         ("max_connections_per_uid = 4097\n", "max_connections_per_uid", "must be an integer from 1 to 4096"),
         ('stop_seconds = "75"\n', "stop_seconds", "must be an integer from 1 to 3600"),
+        ('index_file_hosts = "files.pythonhosted.org"\n', "index_file_hosts", "must be a list of at most 16"),
+        (f"index_file_hosts = {[f'h{n}.example.org' for n in range(17)]}\n", "index_file_hosts", "must be a list of at most 16"),
+        ('index_file_hosts = ["user@files.example.org"]\n', "index_file_hosts", "must be a list of HOST or HOST:PORT"),
+        ('index_file_hosts = ["files.example.org:0"]\n', "index_file_hosts", "must be a list of HOST or HOST:PORT"),
+        ("index_file_hosts = [443]\n", "index_file_hosts", "must be a list of HOST or HOST:PORT"),
     ],
 )
 def test_unknown_keys_and_wrong_types_are_refused_naming_the_key(tmp_path, text, key, rule):

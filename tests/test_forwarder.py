@@ -246,3 +246,21 @@ def test_the_forwarder_connects_to_the_addresses_it_checked_never_to_the_name_re
         answer = exchange(proxy, f"GET {url}lib/ HTTP/1.1\r\n\r\n".encode())
     assert answer.startswith(b"HTTP/1.0 200") and logged == []
     assert index.requests[0][1]["Host"] == f"index.casebox.test:{index.port}"
+
+
+def test_an_allowed_file_host_whose_real_name_resolves_to_loopback_is_refused(index):
+    """S9 with the host's own resolver: ``localhost`` allowed as a file host (a configuration mistake, or a DNS
+    name pointed at 127.0.0.1) still never reaches the listener on that port."""
+    with Listener() as trap, forwarding(Destinations.of(index.url, [f"localhost:{trap.port}"])) as (proxy, logged):
+        refused = exchange(proxy, f"GET http://localhost:{trap.port}/latest/meta-data/ HTTP/1.1\r\n\r\n".encode())
+    assert refused.startswith(b"HTTP/1.1 403") and trap.connections == 0
+    assert len(logged) == 1 and "which is not a public address" in logged[0]
+
+
+def test_the_resolver_looks_for_the_forwarder_s_own_mark():
+    """The resolver reads the forwarder's answers out of pip's log by the mark every one of them carries; the two
+    sides (the resolver runs in a sandbox and cannot import the steward) name the same mark."""
+    from executor.resolver import FORWARDER_MARK
+    from steward.forwarder import MARK
+
+    assert FORWARDER_MARK == MARK
