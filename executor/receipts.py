@@ -68,10 +68,11 @@ OUTPUT_MAX_BYTES = {"stdout": 2 * OUTPUT_EDGE_BYTES, "stderr": 2 * OUTPUT_EDGE_B
 PHASES = ("extract", "resolve", "fetch", "install")
 MAX_PHASES = 16
 RUNTIME_VERSION = re.compile(r"[a-z]{1,16} [0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\Z")
-# S12: the SHA-256 of the syscall filter program this casebox ships, per machine. Written out here because
-# the evaluator runs without launcher/; a test checks that this is exactly launcher.seccomp.SHIPPED_DIGESTS.
+# S12: the SHA-256 of every syscall filter program this casebox ships, of every machine. Written out here
+# because the evaluator runs without launcher/; a test checks that this is exactly the union of
+# launcher.seccomp.SHIPPED_DIGESTS.
 SHIPPED_FILTER_DIGESTS = frozenset({
-    "0daa26d305e6d1fcc1b5390316de43bc6c0f8724be28b40513053ab9b3dea79f",  # x86_64
+    "0daa26d305e6d1fcc1b5390316de43bc6c0f8724be28b40513053ab9b3dea79f",  # x86_64, libseccomp 2.5.0 to 2.6.1
 })
 
 

@@ -168,12 +168,14 @@ def _argument_rules() -> tuple[tuple[str, tuple[tuple[int, int, int, int], ...]]
 
 ARGUMENT_RULES = _argument_rules()
 
-# SHA-256 of the program ``program`` builds, per machine: the filter this casebox ships. A host whose
-# libseccomp builds other bytes from the same rules gets no sandbox (``program`` says why), and the evaluator
-# refuses a receipt that names any other digest (executor/receipts.py keeps a copy; a test keeps them equal).
-# scripts/seccomp-digest prints a host's digest; there is none yet for aarch64.
+# SHA-256 of the programs ``program`` builds, per machine: one per verified libseccomp build that exports other
+# bytes from the same rules (docs/launcher.md, "Verified libseccomp versions"). A host whose libseccomp builds
+# anything else gets no sandbox (``shipped_program`` says why), and the evaluator refuses a receipt that names
+# any other digest (executor/receipts.py keeps a copy; a test keeps them equal). scripts/seccomp-digest prints
+# a host's digest; there is none yet for aarch64.
 SHIPPED_DIGESTS = {
-    "x86_64": "0daa26d305e6d1fcc1b5390316de43bc6c0f8724be28b40513053ab9b3dea79f",
+    # libseccomp 2.5.0 to 2.6.1 all build these same bytes.
+    "x86_64": frozenset({"0daa26d305e6d1fcc1b5390316de43bc6c0f8724be28b40513053ab9b3dea79f"}),
 }
 
 
@@ -246,18 +248,27 @@ def digest(data: bytes) -> str:
 
 
 def shipped_program(machine: str = syscalls.MACHINE) -> bytes:
-    """``program``, refused unless its digest is the one this casebox ships for the machine."""
+    """``program``, refused unless its digest is one this casebox ships for the machine."""
     data = program(machine)
-    expected = SHIPPED_DIGESTS.get(machine)
-    if expected is None:
+    if not SHIPPED_DIGESTS.get(machine):
         raise FilterError(f"this casebox ships no syscall filter digest for {machine}; "
                           "add the one scripts/seccomp-digest prints there to launcher.seccomp.SHIPPED_DIGESTS")
-    if digest(data) != expected:
+    if (reason := unshipped_reason(digest(data), machine)) is not None:
         raise FilterError(
-            f"libseccomp {library_version()} builds a syscall filter whose SHA-256 is {digest(data)}, not the shipped "
-            f"{expected}; casebox runs only the filter it ships (docs/launcher.md, S12)"
+            f"libseccomp {library_version()} builds a syscall filter whose {reason}; casebox runs only a filter "
+            f"it ships, scripts/seccomp-digest prints this host's, and docs/launcher.md (S12, \"Verified libseccomp "
+            f"versions\") says how a version is added"
         )
     return data
+
+
+def unshipped_reason(hex_digest: str, machine: str) -> str | None:
+    """None when the digest is one this casebox ships for the machine, else how it differs: the one rule
+    ``shipped_program`` and ``check`` apply."""
+    shipped = SHIPPED_DIGESTS.get(machine, frozenset())
+    if hex_digest in shipped:
+        return None
+    return f"SHA-256 is {hex_digest}, not the shipped {' or '.join(sorted(shipped)) or 'none'}"
 
 
 _SOCK_FPROG = _struct.Struct("=H6xQ")
@@ -312,8 +323,7 @@ def check(observations: dict, inherited: int, machine: str = syscalls.MACHINE) -
     if observations["seccomp_filters"] != inherited + 1:
         problems.append(f"Seccomp_filters is {observations['seccomp_filters']}, not {inherited + 1} "
                         f"(the {inherited} inherited and casebox's)")
-    expected = SHIPPED_DIGESTS.get(machine)
-    if expected is None or observations["filter_digest"].hex() != expected:
-        problems.append(f"the loaded filter's SHA-256 is {observations['filter_digest'].hex()}, not the shipped {expected}")
+    if (reason := unshipped_reason(observations["filter_digest"].hex(), machine)) is not None:
+        problems.append(f"the loaded filter's {reason}")
     if problems:
         raise FilterError("the syscall filter is not proved: " + "; ".join(problems))

@@ -40,7 +40,7 @@ def filtered() -> dict:
     return {
         "seccomp": 2,
         "seccomp_filters": seccomp.inherited_filters() + 1,
-        "filter_digest": bytes.fromhex(seccomp.SHIPPED_DIGESTS[seccomp.syscalls.MACHINE]),
+        "filter_digest": bytes.fromhex(min(seccomp.SHIPPED_DIGESTS[seccomp.syscalls.MACHINE])),
     }
 
 

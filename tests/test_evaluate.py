@@ -24,10 +24,11 @@ from evidence_support import (
 from hypothesis import given
 from hypothesis import strategies as st
 
+from executor import evaluate as evaluate_module
 from executor.evaluate import FAIL, PASS, PROBLEMS, REASONS, UNVERIFIED, Expected, evaluate, outcome_status, publish_report
 from executor.junit import JunitCounts, PytestEvidence
 from executor.plan import Plan, plan_from_bytes
-from executor.receipts import Binding, Outcome, Receipt
+from executor.receipts import SHIPPED_FILTER_DIGESTS, Binding, Outcome, Receipt
 from journal.errors import Refused
 from plan_support import case as case_doc
 from plan_support import plan as make_plan
@@ -428,17 +429,30 @@ def test_a_receipt_from_a_sandbox_that_had_the_index_network_is_unverified(tmp_p
 
 
 OTHER_FILTER = "ee" * 32
+ANOTHER_SHIPPED_FILTER = "dd" * 32
+
+
+@pytest.mark.parametrize("shipped", sorted(SHIPPED_FILTER_DIGESTS))
+def test_a_receipt_of_each_shipped_filter_its_sandbox_proved_passes(tmp_path, shipped):
+    """S12, E1: every digest this casebox ships (one per libseccomp build that exports other bytes from the
+    rules) is accepted, when the receipt names the one its sandbox's SANDBOX_READY recorded."""
+    assert judge_single_run(tmp_path, "python-module", Run(), receipt_filter=shipped, journal_filter=shipped) == (PASS, "passed")
 
 
 @pytest.mark.parametrize("receipt_filter, journal_filter", [
-    (None, SHIPPED_FILTER),              # the receipt names no filter
-    (OTHER_FILTER, OTHER_FILTER),        # a filter this casebox does not ship, even if the journal agrees
-    (SHIPPED_FILTER, None),              # the sandbox's pid 1 never proved a filter (no SANDBOX_READY)
-    (SHIPPED_FILTER, OTHER_FILTER),      # the sandbox proved another filter than the receipt names
+    (None, SHIPPED_FILTER),                       # the receipt names no filter
+    (OTHER_FILTER, OTHER_FILTER),                 # a filter this casebox does not ship, even if the journal agrees
+    (SHIPPED_FILTER, None),                       # the sandbox's pid 1 never proved a filter (no SANDBOX_READY)
+    (SHIPPED_FILTER, OTHER_FILTER),               # the sandbox proved another filter than the receipt names
+    (SHIPPED_FILTER, ANOTHER_SHIPPED_FILTER),     # both shipped, but not the one its sandbox proved
+    (ANOTHER_SHIPPED_FILTER, SHIPPED_FILTER),
 ])
-def test_a_receipt_without_the_shipped_filter_proved_by_its_sandbox_is_unverified(tmp_path, receipt_filter, journal_filter):
+def test_a_receipt_without_the_shipped_filter_proved_by_its_sandbox_is_unverified(tmp_path, monkeypatch, receipt_filter, journal_filter):
     """S12, E1: the evaluator refuses a receipt with no filter digest, with one this casebox does not ship, or
-    with one its sandbox's SANDBOX_READY did not record: such an op cannot be shown to have run filtered."""
+    with one its sandbox's SANDBOX_READY did not record: such an op cannot be shown to have run filtered. With
+    several shipped digests (``ANOTHER_SHIPPED_FILTER`` stands for a second one), any shipped digest is not
+    enough: it must be the one its own sandbox proved."""
+    monkeypatch.setattr(evaluate_module, "SHIPPED_FILTER_DIGESTS", SHIPPED_FILTER_DIGESTS | {ANOTHER_SHIPPED_FILTER})
     result = judge_single_run(tmp_path, "python-module", Run(), receipt_filter=receipt_filter, journal_filter=journal_filter)
     assert result == (UNVERIFIED, "filter_mismatch")
 
