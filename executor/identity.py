@@ -19,9 +19,9 @@ from journal.errors import Refused
 
 TAG = b"casebox.candidate-identity"
 VERSION = 1
+# The only state and type a candidate's record has: its files are all present and regular (docs/transport.md
+# keeps seed 002's deleted state and absent type reserved, and casebox never writes them).
 PRESENT = 0x01
-DELETED = 0x02
-TYPE_ABSENT = 0x00
 TYPE_REGULAR = 0x01
 PATH_MAX_BYTES = 4_096
 _READ_CHUNK = 1 << 20
@@ -62,9 +62,6 @@ class IdentityWriter:
 
     def present(self, path: str, *, executable: bool, length: int) -> None:
         self._record(PRESENT, path, TYPE_REGULAR, executable, length)
-
-    def deleted(self, path: str) -> None:
-        self._record(DELETED, path, TYPE_ABSENT, False, 0)
 
     def content(self, chunk: bytes | memoryview) -> None:
         if len(chunk) > self._owed:

@@ -2,9 +2,9 @@
 
 The trusted side only sizes and hashes a bundle: it reads at most the archive
 cap plus one byte, streams them through SHA-256, and compares with the digest
-it was told to expect. It never parses the archive. Its result is a closed
-coordinate (docs/transport.md) that later steps re-read strictly with
-:func:`handoff_from_bytes` and bind to their own attempt and plan.
+it was told to expect. It never parses the archive. ``bundle preflight``
+prints its result as a closed coordinate (docs/transport.md) for the trusted
+runner's own records; ``verify`` preflights the bundle itself.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ import os
 
 from executor.frontend import open_regular
 from executor.ustar import ARCHIVE_MAX_BYTES
-from journal.closed import SHA256_HEX, ClosedObject, check_digest, check_str
+from journal.closed import SHA256_HEX, check_str
 from journal.errors import Refused
 from journal.format import check_id
-from journal.strictjson import canonical, loads
+from journal.strictjson import canonical
 
 SCHEMA = "casebox.handoff.v1"
-HANDOFF_MAX_BYTES = 4_096
 _READ_CHUNK = 1 << 20
 
 
@@ -50,14 +49,6 @@ class Handoff:
     def canonical_bytes(self) -> bytes:
         return canonical(self.as_dict())
 
-    def bound_to(self, attempt: str, plan: str) -> "Handoff":
-        """This coordinate, if it was made for exactly this attempt and plan."""
-        if self.attempt != attempt:
-            raise Refused("$.attempt", f"the coordinate is for attempt {self.attempt}, not {attempt}")
-        if self.plan != plan:
-            raise Refused("$.plan", f"the coordinate is for plan {self.plan}, not {plan}")
-        return self
-
 
 def check_attempt(value: str, where: str) -> str:
     return check_id(value, where)
@@ -65,24 +56,6 @@ def check_attempt(value: str, where: str) -> str:
 
 def check_sha256(value: str, where: str) -> str:
     return check_str(value, where, max_bytes=64, pattern=SHA256_HEX, rule="must be 64 lowercase hex digits")
-
-
-def handoff_from_bytes(data: bytes) -> Handoff:
-    """Strictly re-read a handoff coordinate; attempt and plan are both set or both null."""
-    fields = ClosedObject(loads(data, max_bytes=HANDOFF_MAX_BYTES))
-    fields.pop_const("schema", SCHEMA)
-    attempt = fields.pop_nullable("attempt")
-    bundle = fields.pop_object("bundle")
-    coordinate = BundleCoordinate(bundle.pop_sha256("sha256"), bundle.pop_int("size", low=0, high=ARCHIVE_MAX_BYTES))
-    bundle.done()
-    plan = fields.pop_nullable("plan")
-    fields.done()
-    if (attempt is None) != (plan is None):
-        raise Refused("$.attempt", "attempt and plan are both given or both null")
-    if attempt is not None:
-        check_attempt(attempt, "$.attempt")
-        check_digest(plan, "$.plan")
-    return Handoff(attempt, coordinate, plan)
 
 
 def measure(fd: int, cap: int = ARCHIVE_MAX_BYTES) -> BundleCoordinate:

@@ -16,16 +16,11 @@ import sys
 
 TAG = b"casebox.candidate-identity"
 VERSION = 1
-STATES = {"present": 0x01, "deleted": 0x02}
-TYPE_ABSENT, TYPE_REGULAR = 0x00, 0x01
+PRESENT, TYPE_REGULAR = 0x01, 0x01
 
 
 def present(path, content, executable=False):
     return {"state": "present", "path": path, "executable": executable, "content_hex": content.hex()}
-
-
-def deleted(path):
-    return {"state": "deleted", "path": path}
 
 
 VECTORS = (
@@ -34,7 +29,7 @@ VECTORS = (
     ("one-file", [present("manifest.json", b'{"schema":"casebox.manifest.v1"}')]),
     ("executable", [present("run.sh", b"#!/bin/sh\nexit 0\n", executable=True)]),
     ("not-executable", [present("run.sh", b"#!/bin/sh\nexit 0\n")]),
-    ("deleted-and-present", [deleted("gone.txt"), present("kept.txt", b"kept\n")]),
+    ("two-files", [present("gone.txt", b""), present("kept.txt", b"kept\n")]),
     ("split-a-bc", [present("a", b"bc")]),
     ("split-ab-c", [present("ab", b"c")]),
     (
@@ -50,13 +45,9 @@ def encode(records):
     paths = [record["path"].encode("ascii") for record in records]
     assert paths == sorted(paths) and len(set(paths)) == len(paths), "records must be sorted and unique"
     for record, path in zip(records, paths):
-        if record["state"] == "present":
-            content = bytes.fromhex(record["content_hex"])
-            kind, executable = TYPE_REGULAR, int(record["executable"])
-        else:
-            content, kind, executable = b"", TYPE_ABSENT, 0
-        out += struct.pack(">BH", STATES[record["state"]], len(path)) + path
-        out += struct.pack(">BBQ", kind, executable, len(content)) + content
+        content = bytes.fromhex(record["content_hex"])
+        out += struct.pack(">BH", PRESENT, len(path)) + path
+        out += struct.pack(">BBQ", TYPE_REGULAR, int(record["executable"]), len(content)) + content
     return bytes(out)
 
 

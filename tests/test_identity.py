@@ -30,9 +30,7 @@ def encode(records) -> tuple[bytes, str]:
 
     writer = identity.IdentityWriter(len(records), both)
     for record in records:
-        if record["state"] == "deleted":
-            writer.deleted(record["path"])
-            continue
+        assert record["state"] == "present"
         content = bytes.fromhex(record["content_hex"])
         writer.present(record["path"], executable=record["executable"], length=len(content))
         for start in range(0, len(content), 1000):
