@@ -19,29 +19,27 @@ send, a wrong descriptor count, trailing bytes and truncation: any of these
 ends the sandbox. Every message but ACK and ABORT is a leaf that the receiver
 acknowledges with ACK, naming the leaf's number, before the sender goes on.
 
-The launcher side runs with ``python -I -S`` and imports only C modules here.
+The launcher side runs with ``python -I -S`` and imports only C modules here
+(and launcher/seqpacket.py, the transport it shares with the steward protocol).
 """
 
 from __future__ import annotations
 
-import _socket
 import _struct
-import os
+
+from launcher import seqpacket
 
 LAUNCHER, STARTER = "launcher", "starter"
 VERSION = "casebox.launcher.v2"
 NONCE_BYTES = 32
 DIGEST_BYTES = 32
 MAX_MESSAGE = 1 << 20
-SOCKET_BUFFER = 4 << 20
 MAX_OUTPUT_CAP = 256 << 10
 MAX_FDS = 1
 
 _HEADER = _struct.Struct(">IIHH")
 _U32 = _struct.Struct(">I")
 _U64 = _struct.Struct(">Q")
-_UCRED = _struct.Struct("iII")
-_FD = _struct.Struct("i")
 
 # name: (type code, sender, descriptors carried, fields)
 MESSAGES = {
@@ -271,11 +269,6 @@ def decode(data: bytes) -> tuple[str, int, dict]:
     return name, seq, fields
 
 
-def peer_credentials(sock) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process that connected or listened, from SO_PEERCRED."""
-    return _UCRED.unpack(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _UCRED.size))
-
-
 class Channel:
     """One side of the conversation: numbering, role checks, descriptors and ACKs."""
 
@@ -290,34 +283,22 @@ class Channel:
         if sender not in (None, self.me) or len(fds) != fd_count:
             raise ProtocolError(f"{self.me} may not send {name} with {len(fds)} descriptors")
         seq = self.send_seq
-        data = encode(name, seq, fields)
-        ancillary = [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(_FD.pack(fd) for fd in fds))] if fds else []
         try:
-            sent = self.sock.sendmsg([data], ancillary)
-        except OSError as error:
-            raise ProtocolError(f"sending {name} failed: {error.strerror}") from None
-        if sent != len(data):
-            raise ProtocolError(f"{name} was sent short")
+            seqpacket.send(self.sock, encode(name, seq, fields), fds)
+        except seqpacket.TransportError as error:
+            raise ProtocolError(f"sending {name} {error}") from None
         self.send_seq += 1
         return seq
 
     def receive(self, *expected: str) -> Message:
         """The next message, which must be one of ``expected``; its descriptors are the caller's to close."""
         try:
-            data, ancillary, flags, _ = self.sock.recvmsg(
-                MAX_MESSAGE + 1, _socket.CMSG_SPACE(4 * (MAX_FDS + 1)), _socket.MSG_CMSG_CLOEXEC
-            )
-        except OSError as error:
-            raise ProtocolError(f"receiving failed: {error.strerror}") from None
-        fds = []
-        for level, kind, payload in ancillary:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                fds.extend(fd for (fd,) in _FD.iter_unpack(payload[: len(payload) - len(payload) % _FD.size]))
+            data, fds = seqpacket.receive(self.sock, MAX_MESSAGE, MAX_FDS)
+        except seqpacket.PeerClosed:
+            raise ProtocolError("the peer closed the channel") from None
+        except seqpacket.TransportError as error:
+            raise ProtocolError(str(error)) from None
         try:
-            if not data:
-                raise ProtocolError("the peer closed the channel")
-            if flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
-                raise ProtocolError("a message or its descriptors were truncated")
             name, seq, fields = decode(data)
             if name == "ABORT":
                 raise Aborted(fields["reason"])
@@ -331,8 +312,7 @@ class Channel:
             if len(fds) != fd_count:
                 raise ProtocolError(f"{name} carried {len(fds)} descriptors, expected {fd_count}")
         except BaseException:
-            for fd in fds:
-                _close(fd)
+            seqpacket.close_all(fds)
             raise
         self.recv_seq += 1
         return Message(name, seq, fields, fds)
@@ -356,9 +336,3 @@ class Channel:
         except ProtocolError:
             pass
 
-
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass

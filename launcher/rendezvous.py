@@ -16,11 +16,11 @@ from __future__ import annotations
 import _socket
 import os
 
-from launcher.protocol import DIGEST_BYTES, LAUNCHER, NONCE_BYTES, SOCKET_BUFFER, VERSION, Channel, ProtocolError, peer_credentials
+from launcher import seqpacket
+from launcher.protocol import DIGEST_BYTES, LAUNCHER, NONCE_BYTES, VERSION, Channel, ProtocolError
 
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 _NAME_CHARS = _NAME_START | frozenset("_-")
-_SO_SNDBUFFORCE = 32
 
 
 class Setup:
@@ -58,9 +58,9 @@ def connect(path: str) -> Channel:
     """Connect to the starter and authenticate it: uid 0 and the pid of this process's parent."""
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
     try:
-        sock.setsockopt(_socket.SOL_SOCKET, _SO_SNDBUFFORCE, SOCKET_BUFFER)
+        seqpacket.force_send_buffer(sock)
         sock.connect(path)
-        pid, uid, _ = peer_credentials(sock)
+        pid, uid, _ = seqpacket.peer_credentials(sock)
         if uid != 0 or pid != os.getppid():
             raise ProtocolError(f"the rendezvous peer is pid {pid} uid {uid}, not the starter (pid {os.getppid()}, uid 0)")
     except BaseException:

@@ -14,9 +14,12 @@ import dataclasses
 import os
 import re
 
+from collections.abc import Mapping
+
 from journal.closed import ClosedObject, check_str
 from journal.format import pop_id
-from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError
+from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, child_path
+from launcher.protocol import MESSAGES
 
 MIB = 1 << 20
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}\Z")
@@ -35,8 +38,6 @@ LOOPBACK = "loopback"
 INDEX_NETWORK = "index"
 NETWORKS = (LOOPBACK, INDEX_NETWORK)
 DEFAULT_PROCESSES = 512
-# The kernel's limit on a thread's stacked filters is their total length; no process has near this many.
-MAX_FILTERS = 4_096
 
 
 def check_name(name: object, where: str) -> str:
@@ -127,58 +128,59 @@ class Opened:
         return value
 
 
+# READY's fields as launcher/protocol.py defines them, the one list of what the launcher proves: the
+# steward's wire carries them as they came, in JSON (a u8 as a boolean, bytes as lowercase hex).
+READY_PROOF = MESSAGES["READY"][3]
+_PROOF_STRINGS, _PROOF_STRING_BYTES, _PROOF_BYTES = 16, 4_096, 64
+_WORDS = {"u32": 0xFFFF_FFFF, "u64": MAX_SAFE_INTEGER}
+
+
 @dataclasses.dataclass(frozen=True)
 class Ready:
     """A READY sandbox: its id, the journal head, the launcher's proof of the drop (S5) and of its syscall
-    filter (S12: ``Seccomp`` mode, filter count, the loaded program's SHA-256), and its network (``loopback``,
-    or ``index`` with the forwarder listening in it), in a namespace of pid 1's own as the starter observed
-    it (S9)."""
+    filter (S12), every field of READY (``READY_PROOF``) as the starter checked it, and its network
+    (``loopback``, or ``index`` with the forwarder listening in it), in a namespace of pid 1's own as the
+    starter observed it (S9)."""
 
     sandbox: str
     head: str
-    uids: tuple[str, ...]
-    gids: tuple[str, ...]
-    groups: str
-    setuid0_errno: int
-    securebits: int
-    capabilities: int
-    no_new_privs: bool
-    dumpable: bool
-    seccomp: int
-    seccomp_filters: int
-    filter_digest: str
-    proc_hidepid: bool
+    proof: Mapping[str, object]
     network: str = LOOPBACK
 
     def to_wire(self) -> dict:
-        values = dataclasses.asdict(self)
-        values["uids"], values["gids"] = list(self.uids), list(self.gids)
-        return values
+        def wire(kind: str, value):
+            if kind == "bytes":
+                return value.hex()
+            return list(value) if kind == "strs" else value
+
+        proof = {name: wire(kind, self.proof[name]) for name, kind in READY_PROOF}
+        return {"sandbox": self.sandbox, "head": self.head, "proof": proof, "network": self.network}
 
     @classmethod
     def from_wire(cls, fields: ClosedObject) -> "Ready":
-        def strings(key: str) -> tuple[str, ...]:
-            return tuple(str(item) for _, item in fields.pop_list(key, min_items=4, max_items=4))
-
-        value = cls(
-            sandbox=pop_id(fields, "sandbox"),
-            head=fields.pop_sha256("head"),
-            uids=strings("uids"),
-            gids=strings("gids"),
-            groups=fields.pop_str("groups", max_bytes=4_096),
-            setuid0_errno=_int(fields, "setuid0_errno", 4_095),
-            securebits=_int(fields, "securebits", 0xFFFF),
-            capabilities=_int(fields, "capabilities"),
-            no_new_privs=fields.pop_bool("no_new_privs"),
-            dumpable=fields.pop_bool("dumpable"),
-            seccomp=_int(fields, "seccomp", 2),
-            seccomp_filters=_int(fields, "seccomp_filters", MAX_FILTERS),
-            filter_digest=fields.pop_sha256("filter_digest"),
-            proc_hidepid=fields.pop_bool("proc_hidepid"),
-            network=check_network(fields.pop_str("network", max_bytes=16), f"{fields.path}.network"),
-        )
+        sandbox, head = pop_id(fields, "sandbox"), fields.pop_sha256("head")
+        wire = fields.pop_object("proof")
+        proof = {name: _pop_proof_field(wire, name, kind) for name, kind in READY_PROOF}
+        wire.done()
+        value = cls(sandbox, head, proof, check_network(fields.pop_str("network", max_bytes=16), f"{fields.path}.network"))
         fields.done()
         return value
+
+
+def _pop_proof_field(fields: ClosedObject, name: str, kind: str):
+    if kind == "u8":
+        return fields.pop_bool(name)
+    if kind in _WORDS:
+        return fields.pop_int(name, low=0, high=_WORDS[kind])
+    if kind == "str":
+        return fields.pop_str(name, max_bytes=_PROOF_STRING_BYTES)
+    if kind == "strs":
+        items = fields.pop_list(name, min_items=0, max_items=_PROOF_STRINGS)
+        return tuple(check_str(item, where, max_bytes=_PROOF_STRING_BYTES) for where, item in items)
+    text = fields.pop_str(name, max_bytes=2 * _PROOF_BYTES, ascii_only=True)
+    if not re.fullmatch(r"(?:[0-9a-f]{2})*", text):
+        raise StrictJSONError(child_path(fields.path, name), "must be lowercase hex")
+    return bytes.fromhex(text)
 
 
 @dataclasses.dataclass(frozen=True)

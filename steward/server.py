@@ -61,7 +61,8 @@ from steward import api
 from steward.failure import SandboxFailure
 from steward.log import log
 from steward.session import MAX_CAPABILITIES, Session, Steward
-from steward.wire import SOCKET_BUFFER, STEWARD, Endpoint, Message, WireError, peer_credentials
+from launcher import seqpacket
+from steward.wire import STEWARD, Endpoint, Message, WireError
 
 SOCKET_GROUP = "casebox"
 BACKLOG = 128
@@ -69,7 +70,6 @@ ACCEPTS_PER_TURN = 64
 # A reply (at most 1 MiB) waits this long for room in the client's socket, then the client is taken as gone.
 SEND_SECONDS = 10.0
 _ENV_NAME = "must be a variable name of A-Z a-z 0-9 _, not starting with a digit"
-_SO_SNDBUFFORCE = 32
 ROOT = 0
 
 
@@ -547,7 +547,7 @@ class Server:
         except OSError:
             sock = None
         if sock is not None:
-            log(f"refused client pid {peer_credentials(sock)[0]}: no descriptor is left (RLIMIT_NOFILE)")
+            log(f"refused client pid {seqpacket.peer_credentials(sock)[0]}: no descriptor is left (RLIMIT_NOFILE)")
             reason = "the steward has no descriptor left for another connection; try again later"
             _turn_away(sock, "FAILED", {"reason": reason, "open": False})
         try:
@@ -556,7 +556,7 @@ class Server:
             self._spare = None
 
     def _admit(self, sock: socket.socket) -> None:
-        peer = peer_credentials(sock)
+        peer = seqpacket.peer_credentials(sock)
         pid, uid, gid = peer
         if uid not in self.client_uids:
             log(f"refused client pid {pid} uid {uid} gid {gid}: uid {uid} is not in client_uids")
@@ -569,7 +569,7 @@ class Server:
             _turn_away(sock, "FAILED", {"reason": reason, "open": False})
             return
         try:
-            sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, SOCKET_BUFFER)
+            seqpacket.force_send_buffer(sock)
         except OSError:
             pass
         sock.settimeout(SEND_SECONDS)

@@ -494,24 +494,7 @@ class Session:
                 os.close(fd)
         self.lease = lease
         self.sandbox_outputs = set(write)
-        ready = self.sandbox.ready
-        return api.Ready(
-            sandbox=self.sandbox.id,
-            head=self.ledger.head,
-            uids=tuple(ready["uids"]),
-            gids=tuple(ready["gids"]),
-            groups=ready["groups"],
-            setuid0_errno=ready["setuid0_errno"],
-            securebits=ready["securebits"],
-            capabilities=ready["cap_inh"] | ready["cap_prm"] | ready["cap_eff"] | ready["cap_bnd"] | ready["cap_amb"],
-            no_new_privs=ready["no_new_privs"],
-            dumpable=ready["dumpable"],
-            seccomp=ready["seccomp"],
-            seccomp_filters=ready["seccomp_filters"],
-            filter_digest=ready["filter_digest"].hex(),
-            proc_hidepid=ready["proc_hidepid"],
-            network=ready["network"],
-        )
+        return api.Ready(self.sandbox.id, self.ledger.head, dict(self.sandbox.ready), self.sandbox.spec.network)
 
     def _note_outer(self, sandbox) -> None:
         """Keep the C3 claim the starter made at teardown on a sandbox's outer group, if it ever had one."""

@@ -10,7 +10,6 @@ Descriptors cross only as SCM_RIGHTS and are received close-on-exec.
 
 from __future__ import annotations
 
-import array
 import dataclasses
 import errno
 import os
@@ -20,11 +19,10 @@ import struct
 from journal import strictjson
 from journal.closed import ClosedObject
 from journal.errors import Refused
+from launcher import seqpacket
 
 MAX_MESSAGE = 1 << 20
-SOCKET_BUFFER = 4 << 20
 _LENGTH = struct.Struct(">I")
-_UCRED = struct.Struct("iII")
 MAX_FDS = 1
 
 CLIENT, STEWARD = "client", "steward"
@@ -100,11 +98,6 @@ def decode(data: bytes, *, reply: bool) -> tuple[int, str, int | None, dict]:
     return seq, kind, re, value["body"]
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the connected peer (SO_PEERCRED)."""
-    return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
-
-
 class Endpoint:
     """One side of a connection: numbering, descriptor counts and the envelope checks."""
 
@@ -116,15 +109,11 @@ class Endpoint:
 
     def send(self, kind: str, body: dict, *, fds: tuple[int, ...] = (), re: int | None = None) -> int:
         seq = self.send_seq
-        data = encode(seq, kind, body, re)
-        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
         try:
-            sent = self.sock.sendmsg([data], ancillary)
-        except OSError as error:
+            seqpacket.send(self.sock, encode(seq, kind, body, re), fds)
+        except seqpacket.TransportError as error:
             failure = PeerGone if error.errno in (errno.EPIPE, errno.ECONNRESET) else WireError
-            raise failure(f"sending {kind} failed: {error.strerror}") from None
-        if sent != len(data):
-            raise WireError(f"{kind} was sent short")
+            raise failure(f"sending {kind} {error}") from None
         self.send_seq += 1
         return seq
 
@@ -132,23 +121,12 @@ class Endpoint:
         """The next message; its descriptors are the caller's to close (they are closed here if it is refused)."""
         reply = self.me == CLIENT
         try:
-            data, ancillary, flags, _ = self.sock.recvmsg(
-                MAX_MESSAGE + 1, socket.CMSG_SPACE(4 * (MAX_FDS + 1)), socket.MSG_CMSG_CLOEXEC
-            )
-        except OSError as error:
-            failure = PeerGone if error.errno == errno.ECONNRESET else WireError
-            raise failure(f"receiving failed: {error.strerror}") from None
-        fds: list[int] = []
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                carried = array.array("i")
-                carried.frombytes(payload[: len(payload) - len(payload) % carried.itemsize])
-                fds.extend(carried)
+            data, fds = seqpacket.receive(self.sock, MAX_MESSAGE, MAX_FDS)
+        except seqpacket.PeerClosed:
+            raise WireError("the peer closed the connection") from None
+        except seqpacket.TransportError as error:
+            raise (PeerGone if error.errno == errno.ECONNRESET else WireError)(str(error)) from None
         try:
-            if not data:
-                raise WireError("the peer closed the connection")
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                raise WireError("a message or its descriptors were truncated")
             seq, kind, re, body = decode(data, reply=reply)
             if seq != self.recv_seq:
                 raise WireError(f"{kind} is numbered {seq}, expected {self.recv_seq} (replayed or out of order)")
@@ -156,8 +134,7 @@ class Endpoint:
             if len(fds) not in allowed:
                 raise WireError(f"{kind} carried {len(fds)} descriptors")
         except BaseException:
-            for fd in fds:
-                os.close(fd)
+            seqpacket.close_all(fds)
             raise
         self.recv_seq += 1
         return Message(kind, seq, re, body, fds)

@@ -16,6 +16,7 @@ import shutil
 from typing import Callable
 
 from executor.runtime import Installer, Runtime
+from launcher.protocol import MESSAGES
 from steward.api import Opened, OpNotStarted, OpOutcome, OpResult, Ready, Sealed
 from steward.failure import SandboxFailure
 from test_receipts import BINDING, SHIPPED_FILTER
@@ -23,6 +24,11 @@ from test_receipts import BINDING, SHIPPED_FILTER
 HEAD = "ab" * 32
 # The filter every fake sandbox ran under: the one this casebox ships (S12), so the evaluator accepts it.
 FILTER = SHIPPED_FILTER
+# What the fake launcher proves at READY: one value of each field's kind (launcher/protocol.py's READY).
+READY_PROOF = {
+    name: {"u8": False, "u32": 0, "u64": 0, "str": "", "strs": ("0",) * 4, "bytes": bytes.fromhex(FILTER)}[kind]
+    for name, kind in MESSAGES["READY"][3]
+}
 RUNTIME = Runtime(
     interpreter="/usr/bin/python3.11",
     version="3.11.2",
@@ -96,11 +102,7 @@ class FakeSession:
         if self.starts in self.failing_starts:
             raise SandboxFailure(f"start {self.starts} failed on purpose")
         self.open = (list(read), list(write), network, index, limits)
-        return Ready(
-            sandbox=f"s{self.starts}", head=HEAD, uids=("1",) * 4, gids=("1",) * 4, groups="", setuid0_errno=1,
-            securebits=0, capabilities=0, no_new_privs=True, dumpable=False, seccomp=2, seccomp_filters=1,
-            filter_digest=FILTER, proc_hidepid=True, network=network,
-        )
+        return Ready(f"s{self.starts}", HEAD, READY_PROOF, network)
 
     def run(self, argv, **op) -> OpOutcome:
         assert self.open is not None

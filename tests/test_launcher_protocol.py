@@ -7,6 +7,7 @@ encoder and decoder are checked against the document, not against each other.
 from __future__ import annotations
 
 import os
+import re
 import socket
 
 import pytest
@@ -310,3 +311,19 @@ def test_stage_one_refuses_a_setup_it_must_not_build(pair, setup, trees, rule):
             rendezvous.receive_setup(launcher, b"\x00" * 32)
     finally:
         os.close(directory)
+
+
+def test_the_documented_message_table_is_the_schema(repo):
+    """S2, docs move with code: every row of docs/launcher-protocol.md's message table names a message's type,
+    sender, descriptor count and fields (name and kind, in order) exactly as launcher/protocol.py defines them,
+    and every message has its row. READY's fields are the one list of the launcher's proof (steward.api.Ready
+    derives from it), so this is where a new proof field must be documented."""
+    text = (repo / "docs" / "launcher-protocol.md").read_text()
+    table = text.split("## Messages", 1)[1].split("\n\n", 2)[1]
+    documented = {}
+    for row in table.splitlines()[2:]:
+        code, name, sender, fds, fields = (cell.strip() for cell in row.strip().strip("|").split("|"))
+        # A field is written `name kind`, followed by an explanation in parentheses that may hold backticks too.
+        pairs = tuple(tuple(field.split(" ")) for field in re.findall(r"(?:^|, )`([a-z0-9_]+ [a-z0-9]+)`", fields))
+        documented[name] = (int(code), None if sender == "either" else sender, int(fds), pairs)
+    assert documented == {name: (code, sender, fds, tuple(schema)) for name, (code, sender, fds, schema) in protocol.MESSAGES.items()}

@@ -53,7 +53,9 @@ def test_a_session_over_the_socket_is_the_same_session(daemon, tmp_path):
     session = client.connect(daemon.socket).open_session("attempt-1")
     session.create_output("out", max_bytes=1 << 20)
     ready = session.start_sandbox(write=["out"])
-    assert ready.capabilities == 0 and ready.no_new_privs and not ready.dumpable
+    proof = ready.proof
+    assert not any(proof[name] for name in ("cap_inh", "cap_prm", "cap_eff", "cap_bnd", "cap_amb"))
+    assert proof["no_new_privs"] and not proof["dumpable"] and proof["seccomp"] == 2 and len(proof["filter_digest"]) == 32
     outcome = session.run(["/bin/sh", "-c", "printf hi > /out/out/f; echo ok"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
     assert (outcome.exit_code, outcome.observation.stdout) == (0, b"ok\n")
     session.close_sandbox()

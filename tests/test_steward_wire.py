@@ -193,3 +193,36 @@ def test_an_answer_the_steward_sent_before_it_closed_is_read_not_lost(pair, requ
         steward.sock.close()
     with pytest.raises(SessionEnded, match="^the steward is shutting down$"):
         _remote(client).seal_output("deps")
+
+
+def test_ready_crosses_the_wire_with_every_field_the_launcher_proved():
+    """S5/S12: the client receives READY's proof field by field as launcher/protocol.py defines it (the one
+    list), and a proof with a field missing, added or of another kind is refused, never filled in."""
+    import json
+
+    from journal.closed import ClosedObject
+    from journal.errors import Refused
+    from journal.strictjson import canonical
+    from steward.api import READY_PROOF, Ready
+    from pipeline_support import READY_PROOF as FAKE
+
+    proof = dict(FAKE, uids=("7",) * 4, seccomp=2, no_new_privs=True)
+    ready = Ready("s1", "ab" * 32, proof, "index")
+    wired = json.loads(canonical(ready.to_wire()))
+    assert set(wired["proof"]) == {name for name, _ in READY_PROOF} and wired["proof"]["filter_digest"] == FAKE["filter_digest"].hex()
+    assert Ready.from_wire(ClosedObject(wired, "$")) == ready
+
+    def changed(change):
+        copy = json.loads(canonical(ready.to_wire()))
+        change(copy["proof"])
+        return ClosedObject(copy, "$")
+
+    for change, where in [
+        (lambda p: p.pop("dumpable"), r"\$\.proof\.dumpable"),
+        (lambda p: p.update(extra=1), r"\$\.proof\.extra"),
+        (lambda p: p.update(no_new_privs=1), r"\$\.proof\.no_new_privs"),
+        (lambda p: p.update(filter_digest="AB"), r"\$\.proof\.filter_digest"),
+        (lambda p: p.update(securebits=1 << 32), r"\$\.proof\.securebits"),
+    ]:
+        with pytest.raises(Refused, match=where):
+            Ready.from_wire(changed(change))
