@@ -72,6 +72,7 @@ from journal.reader import Reading, Verdict, read_journal
 from journal.seal import NAME as SEAL_NAME
 from journal.seal import SEAL_MAX_BYTES, SealMarker, seal_from_bytes
 from journal.strictjson import canonical, loads
+from launcher.vocabulary import ENDED_BY_ITSELF
 
 REPORT_SCHEMA = "casebox.report.v2"
 # An evidence directory holds a journal, a seal marker and at most one receipt per case.
@@ -147,7 +148,6 @@ _NEVER_STARTED_REASONS = {
     STEP_SANDBOX: "sandbox_failed",
     **{step: step for step in DEPENDENCY_STEPS},
 }
-_LIMIT_REASONS = {"TIMEOUT": "timeout", "MEMORY": "memory", "PIDS": "pids", "OUTPUT": "output", "DISK": "disk", "SIGNALLED": "signalled"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -378,8 +378,9 @@ def outcome_status(case: Case, receipt: Receipt) -> tuple[str, str]:
         if receipt.process is None and never is not None:
             return UNVERIFIED, _NEVER_STARTED_REASONS.get(never.step, "not_started")
         return UNVERIFIED, "not_started"
-    if limit in _LIMIT_REASONS:
-        return UNVERIFIED, _LIMIT_REASONS[limit]
+    if limit not in ENDED_BY_ITSELF:
+        # S14: an op stopped by a limit, or by a signal, is never judged by its exit code.
+        return UNVERIFIED, limit.lower()
     exit_code = receipt.exit_code
     status, reason = (PASS, "passed") if exit_code == case.expect_exit else (FAIL, "exit_mismatch")
     if case.op != "pytest":

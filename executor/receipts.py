@@ -25,6 +25,7 @@ from executor.plan import CASE_ID
 from journal.closed import SHA256_HEX, ClosedObject, check_digest, check_str
 from journal.format import ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
+from launcher import vocabulary
 
 SCHEMA = "casebox.receipt.v2"
 SUFFIX = ".receipt.json"
@@ -46,10 +47,8 @@ DEPENDENCY_STEPS = (
     "conflict", "candidate_conflict", "no_match", "direct_url", "candidate_shadows_runner", "candidate_shadows_stdlib",
 )
 STEPS = (STEP_DEPENDENCIES, STEP_INSTALL, STEP_RUNNER, STEP_SANDBOX, *DEPENDENCY_STEPS)
-# The limit classes of docs/launcher.md (S10), then the class of an op that never reached exec. Written out
-# here because the evaluator runs from executor/ and journal/ alone, without launcher/; a test checks that
-# this is exactly launcher.limits.CLASSES plus NOT_STARTED.
-LIMIT_CLASSES = ("MEMORY", "PIDS", "DISK", "OUTPUT", "TIMEOUT", "SIGNALLED", "EXIT_NONZERO", "OK", NOT_STARTED)
+# The limit classes of docs/launcher.md (S10), then the class of an op that never reached exec.
+LIMIT_CLASSES = (*vocabulary.CLASSES, NOT_STARTED)
 # How the journal records a case op (journal/format.py's closed sets): the role
 # of its PROCESS_INTENT and the reaper of its PROCESS_TERMINAL. The op is a
 # descendant of the sandbox's pid 1, the launcher, which reaps it. The case
@@ -68,12 +67,8 @@ OUTPUT_MAX_BYTES = {"stdout": 2 * OUTPUT_EDGE_BYTES, "stderr": 2 * OUTPUT_EDGE_B
 PHASES = ("extract", "resolve", "fetch", "install")
 MAX_PHASES = 16
 RUNTIME_VERSION = re.compile(r"[a-z]{1,16} [0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\Z")
-# S12: the SHA-256 of every syscall filter program this casebox ships, of every machine. Written out here
-# because the evaluator runs without launcher/; a test checks that this is exactly the union of
-# launcher.seccomp.SHIPPED_DIGESTS.
-SHIPPED_FILTER_DIGESTS = frozenset({
-    "0daa26d305e6d1fcc1b5390316de43bc6c0f8724be28b40513053ab9b3dea79f",  # x86_64, libseccomp 2.5.0 to 2.6.1
-})
+# S12: the SHA-256 of every syscall filter program this casebox ships, of every machine.
+SHIPPED_FILTER_DIGESTS = frozenset().union(*vocabulary.SHIPPED_DIGESTS.values())
 
 
 @dataclasses.dataclass(frozen=True)

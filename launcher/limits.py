@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import resource
 
-# When an op hits several limits, the first in this order names it: a limit
-# that was hit explains a timeout or a signal that followed it.
-CLASSES = ("MEMORY", "PIDS", "DISK", "OUTPUT", "TIMEOUT", "SIGNALLED", "EXIT_NONZERO", "OK")
-# The launcher observes these; MEMORY and PIDS come from the starter's cgroup counters.
-LAUNCHER_CLASSES = CLASSES[2:]
+from launcher.vocabulary import CLASSES
 
 
 def worst(observed) -> str:
-    """The class of an op that hit every limit in ``observed`` (an empty set is OK)."""
+    """The class of an op that hit every limit in ``observed`` (an empty set is OK), in the order of CLASSES.
+
+    A name that is no class is refused, never ranked: ranked last it would read as OK.
+    """
+    unknown = set(observed).difference(CLASSES)
+    if unknown:
+        raise ValueError(f"not a limit class: {', '.join(sorted(unknown))}")
     for name in CLASSES:
         if name in observed:
             return name

@@ -29,6 +29,7 @@ import _cffi_backend
 
 from launcher import syscalls
 from launcher.digest import sha256
+from launcher.vocabulary import SHIPPED_DIGESTS
 
 CDEF = """
 struct scmp_version { unsigned int major; unsigned int minor; unsigned int micro; };
@@ -168,15 +169,6 @@ def _argument_rules() -> tuple[tuple[str, tuple[tuple[int, int, int, int], ...]]
 
 ARGUMENT_RULES = _argument_rules()
 
-# SHA-256 of the programs ``program`` builds, per machine: one per verified libseccomp build that exports other
-# bytes from the same rules (docs/launcher.md, "Verified libseccomp versions"). A host whose libseccomp builds
-# anything else gets no sandbox (``shipped_program`` says why), and the evaluator refuses a receipt that names
-# any other digest (executor/receipts.py keeps a copy; a test keeps them equal). scripts/seccomp-digest prints
-# a host's digest; there is none yet for aarch64.
-SHIPPED_DIGESTS = {
-    # libseccomp 2.5.0 to 2.6.1 all build these same bytes.
-    "x86_64": frozenset({"0daa26d305e6d1fcc1b5390316de43bc6c0f8724be28b40513053ab9b3dea79f"}),
-}
 
 
 class FilterError(Exception):
@@ -252,7 +244,7 @@ def shipped_program(machine: str = syscalls.MACHINE) -> bytes:
     data = program(machine)
     if not SHIPPED_DIGESTS.get(machine):
         raise FilterError(f"this casebox ships no syscall filter digest for {machine}; "
-                          "add the one scripts/seccomp-digest prints there to launcher.seccomp.SHIPPED_DIGESTS")
+                          "add the one scripts/seccomp-digest prints there to launcher.vocabulary.SHIPPED_DIGESTS")
     if (reason := unshipped_reason(digest(data), machine)) is not None:
         raise FilterError(
             f"libseccomp {library_version()} builds a syscall filter whose {reason}; casebox runs only a filter "

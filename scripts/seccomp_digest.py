@@ -2,7 +2,7 @@
 
 Prints one JSON line: the machine, the libseccomp version that built the
 program, its instruction count, its SHA-256 and whether this casebox ships
-that digest (launcher.seccomp.SHIPPED_DIGESTS). It builds the program exactly
+that digest (launcher.vocabulary.SHIPPED_DIGESTS). It builds the program exactly
 as every sandbox does (launcher.seccomp.program) and installs nothing.
 
 ``--library PATH`` builds with that file instead of the host's

@@ -31,7 +31,7 @@ import subprocess
 import threading
 
 from journal.errors import Refused
-from launcher import drop, limits, protocol, seccomp
+from launcher import drop, limits, protocol, seccomp, seqpacket, vocabulary
 from launcher.environment import forbidden_variable
 from launcher.protocol import Channel, ProtocolError
 from steward import cgroups, dedicated, procfs, provision
@@ -80,8 +80,8 @@ def op_class(reported: str, before: cgroups.Counters, after: cgroups.Counters) -
     protocol failure, never left to the priority order, where an unknown name
     would read as OK.
     """
-    if reported not in limits.LAUNCHER_CLASSES:
-        raise ProtocolError(f"OP_RESULT names the limit class {reported!r}, not one of {', '.join(limits.LAUNCHER_CLASSES)}")
+    if reported not in vocabulary.LAUNCHER_CLASSES:
+        raise ProtocolError(f"OP_RESULT names the limit class {reported!r}, not one of {', '.join(vocabulary.LAUNCHER_CLASSES)}")
     observed = {reported}
     if after.oom_kills > before.oom_kills or (reported != "OK" and after.memory_failures > before.memory_failures):
         observed.add("MEMORY")
@@ -319,11 +319,11 @@ class Sandbox:
             connection, _ = listener.accept()
         except TimeoutError:
             raise ProtocolError("the launcher did not connect in time") from None
-        pid, uid, _ = protocol.peer_credentials(connection)
+        pid, uid, _ = seqpacket.peer_credentials(connection)
         if uid != 0 or pid != self.stage_one.pid:
             connection.close()
             raise ProtocolError(f"the rendezvous peer is pid {pid} uid {uid}, not the launcher (pid {self.stage_one.pid}, uid 0)")
-        connection.setsockopt(socket.SOL_SOCKET, 32, protocol.SOCKET_BUFFER)  # SO_SNDBUFFORCE
+        seqpacket.force_send_buffer(connection)
         connection.settimeout(BOOTSTRAP_SECONDS)
         return connection
 
@@ -385,7 +385,7 @@ class Sandbox:
                     except OSError as error:
                         raise ProtocolError(f"the forwarder cannot listen in the sandbox's network namespace: {error}") from None
                 self.hidepid = message.fields["proc_hidepid"]
-                self.ready = dict(message.fields, network=self.spec.network)
+                self.ready = dict(message.fields)
                 # The filter every op will run under is durable before any op can be sent (S12, J1).
                 self.ledger.sandbox_ready(self._op_id("init"), message.fields["filter_digest"].hex())
                 self.channel.ack(message)

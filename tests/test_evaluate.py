@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 from casebox_cli import run as run_cli
@@ -28,8 +30,9 @@ from executor import evaluate as evaluate_module
 from executor.evaluate import FAIL, PASS, PROBLEMS, REASONS, UNVERIFIED, Expected, evaluate, outcome_status, publish_report
 from executor.junit import JunitCounts, PytestEvidence
 from executor.plan import Plan, plan_from_bytes
-from executor.receipts import SHIPPED_FILTER_DIGESTS, Binding, Outcome, Receipt
+from executor.receipts import LIMIT_CLASSES, NOT_STARTED, SHIPPED_FILTER_DIGESTS, Binding, Outcome, Receipt
 from journal.errors import Refused
+from launcher.vocabulary import ENDED_BY_ITSELF
 from plan_support import case as case_doc
 from plan_support import plan as make_plan
 
@@ -715,11 +718,36 @@ def test_junit_counts_only_ever_downgrade(exit_code, expect_exit, counts, report
         assert status != PASS
 
 
-@given(limit=st.sampled_from(["TIMEOUT", "MEMORY", "PIDS", "OUTPUT", "DISK", "SIGNALLED", "NOT_STARTED"]), counts=counts_strategy)
-def test_a_limited_op_is_never_pass_whatever_its_counts(limit, counts):
-    """S10/E3: a limit class is UNVERIFIED, whatever exit or counts come with it."""
-    case = make_plan(case_doc("c0", "pytest", (), 1000, True, 0)).cases[0]
+LIMITED = [limit for limit in LIMIT_CLASSES if limit not in ENDED_BY_ITSELF]
+
+
+@given(limit=st.sampled_from(LIMITED), counts=counts_strategy, expect_exit=st.sampled_from([0, 1, 9]))
+def test_a_limited_op_is_never_pass_whatever_its_counts(limit, counts, expect_exit):
+    """S10/E3/S14: every class but those of an op that ended by itself is UNVERIFIED, whatever exit, expected
+    exit or counts come with it: no limit turns into a PASS or a FAIL."""
+    case = make_plan(case_doc("c0", "pytest", (), 1000, True, expect_exit)).cases[0]
     assert outcome_status(case, _receipt(limit, 0 if limit != "SIGNALLED" else 9, counts))[0] == UNVERIFIED
+
+
+def test_every_limited_class_has_its_documented_reason():
+    """S10, E3: a limited op's reason is its class's name, and every such reason is one the report documents;
+    a class added to launcher/vocabulary.py without its reason is caught here, not in a report."""
+    assert LIMITED and "OK" not in LIMITED and "EXIT_NONZERO" not in LIMITED
+    case = make_plan(case_doc("c0", "python-module", (), 1000, True, 0)).cases[0]
+    for limit in LIMITED:
+        if limit != NOT_STARTED:
+            assert outcome_status(case, _receipt(limit, 0, None)) == (UNVERIFIED, limit.lower())
+            assert limit.lower() in REASONS
+
+
+def test_the_evaluator_loads_nothing_of_launcher_but_its_vocabulary(repo):
+    """E1: the evaluator runs unprivileged from executor/ and journal/ and the one launcher module that imports
+    nothing; it never loads the launcher's cffi bindings or the steward."""
+    script = "import sys, executor.cli, executor.evaluate; print(' '.join(sorted(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-I", "-c", script], cwd=repo, capture_output=True, text=True, check=True).stdout.split()
+    assert "executor.evaluate" in loaded
+    assert [name for name in loaded if name.split(".")[0] in ("launcher", "steward", "_cffi_backend", "cffi")] == [
+        "launcher", "launcher.vocabulary"]
 
 
 # --- E4: the report ------------------------------------------------------------------

@@ -84,9 +84,9 @@ def test_the_priority_is_the_one_docs_launcher_md_states(repo):
         assert limits.worst({higher, lower}) == higher
 
 
-def test_receipts_know_exactly_the_launchers_classes():
-    """S10: the receipt schema's limit classes are the launcher's, plus NOT_STARTED; the evaluator keeps its
-    own copy (it runs from executor/ and journal/ alone), so this test is what keeps the two one list."""
-    from executor.receipts import LIMIT_CLASSES, NOT_STARTED
-
-    assert LIMIT_CLASSES == (*limits.CLASSES, NOT_STARTED)
+@pytest.mark.parametrize("observed", [{"BOGUS"}, {"ok"}, {"TIMEOUT", "NOT_STARTED"}])
+def test_a_name_that_is_no_class_is_refused_never_ranked(observed):
+    """S10, fail closed: the priority order ranks only the classes it knows; ranked last, an unknown name
+    would read as OK."""
+    with pytest.raises(ValueError, match="not a limit class"):
+        limits.worst(observed)

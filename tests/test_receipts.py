@@ -253,14 +253,6 @@ def test_the_filter_digest_is_bound_exactly_when_the_case_had_a_process():
         built("c", ran(), filter_digest=SHIPPED_FILTER.upper())
 
 
-def test_the_evaluators_shipped_filters_are_the_launchers():
-    """S12: the evaluator runs without launcher/, so it keeps its own copy of the shipped filter digests, every
-    machine's set in one; this test is what keeps the two one list."""
-    from launcher import seccomp
-
-    assert SHIPPED_FILTER_DIGESTS == frozenset().union(*seccomp.SHIPPED_DIGESTS.values())
-
-
 def test_the_builder_refuses_what_the_parser_refuses():
     """D1/D2: the writer never writes a receipt the reader would refuse."""
     with pytest.raises(Refused):

@@ -239,6 +239,10 @@ def test_the_evidence_is_evaluated_alone_by_an_unprivileged_user(demo, tmp_path)
         shutil.copy(EXAMPLES / "plan.json", copy / "plan.json")
         for package in ("executor", "journal"):
             shutil.copytree(REPO / package, copy / "code" / package, ignore=shutil.ignore_patterns("__pycache__"))
+        # Of launcher/, the evaluator needs only the vocabulary it shares, which imports nothing.
+        (copy / "code" / "launcher").mkdir()
+        for name in ("__init__.py", "vocabulary.py"):
+            shutil.copy(REPO / "launcher" / name, copy / "code" / "launcher" / name)
         (copy / "reports").mkdir()
         for path in [copy, *copy.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
