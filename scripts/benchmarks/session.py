@@ -14,6 +14,14 @@ cleanup, retirement and evaluation, in a fresh state root.
   against ``sandbox_hot`` (one more op in a READY sandbox), measured in this run.
 
 Both lines carry the phase breakdown in ms.
+
+- session_real: a plan of ten pytest cases over a verifier tree that uses
+  the hypothesis plugin (scripts/benchmarks/real: the candidate, the
+  verifier tree and the offline index), the whole ``verify`` against the
+  same work in a plain venv, in this run: ``python -m venv``, ``pip install
+  --no-index`` of the same wheels, and the same ten ``python -m pytest``
+  runs. The line also gives the cases alone (each op's wall time against
+  each venv run's).
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ import functools
 import glob
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 
@@ -31,11 +41,17 @@ import sandbox as sandbox_bench
 from executor import config as configuration
 from executor import pack, wheelbuild
 from executor.commands.demo import DEMO_INSTALLER
+from executor.reporting import Progress
+from executor.runtime import choose_interpreter
 from executor.verify import Attempt, verify
+from timing import HOST_ENV
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASES = 10
 REPEAT = 3
+REAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "real")
+REAL_TESTS = ("round_trip", "runs_differ", "counts_positive", "merge_sorted", "merge_empty", "clamp_bounds",
+              "clamp_identity", "chunks_join", "chunks_size", "chunks_count")
 PHASES = ("preflight", "opening", "extracting", "resolving", "installing", "case 1/", "cleanup", "evaluating")
 
 
@@ -80,8 +96,11 @@ def _config(directory: str) -> configuration.Config:
 def _one(directory: str, inputs: dict, number: int, python: str | None = None) -> dict:
     marks: list[tuple[str, float]] = []
 
-    def progress(line: str) -> None:
-        marks.append((line, time.perf_counter()))
+    class Marks(Progress):
+        def __call__(self, step: str) -> None:
+            marks.append((step, time.perf_counter()))
+
+    progress = Marks(quiet=True)
 
     start = time.perf_counter()
     attempt = Attempt(attempt_id=f"bench-{number}", evidence=os.path.join(directory, f"evidence-{number}"), python=python, **inputs)
@@ -154,5 +173,69 @@ def session_ten_trivial_python() -> dict:
             "python": python, "goal_ratio": 1.1, "breakdown_ms": measured["breakdown"]}
 
 
+def _real_inputs(directory: str) -> dict:
+    name, data = wheelbuild.build_wheel(os.path.join(REAL, "candidate"))
+    bundle = pack.build([(name, data)])
+    path = os.path.join(directory, "candidate.tar")
+    with open(path, "wb") as file:
+        file.write(bundle)
+    cases = [{"id": test.replace("_", "-"), "op": "pytest", "args": [f"tests/test_props.py::test_{test}"], "applicable": True,
+              "expect_exit": 0} for test in REAL_TESTS]
+    plan = os.path.join(directory, "plan.json")
+    with open(plan, "w") as file:
+        json.dump({"schema": "casebox.plan.v2", "runner": ["pytest", "hypothesis"], "plugins": ["hypothesispytest"],
+                   "cases": cases}, file)
+    wheel = os.path.join(directory, name)
+    with open(wheel, "wb") as file:
+        file.write(data)
+    return {"bundle": path, "sha256": pack.coordinate(bundle).sha256, "plan": plan, "index": os.path.join(REAL, "index"),
+            "verifier_tree": os.path.join(REAL, "verifier"),
+            "installer": os.path.join(REPO, "examples", "index", DEMO_INSTALLER)}, wheel
+
+
+def _real_casebox(directory: str, inputs: dict, number: int) -> tuple[float, float]:
+    start = time.perf_counter()
+    attempt = Attempt(attempt_id=f"bench-real-{number}", evidence=os.path.join(directory, f"evidence-real-{number}"), **inputs)
+    verified = verify(_config(directory), attempt, progress=Progress(quiet=True))
+    whole = time.perf_counter() - start
+    if verified.report.verdict != "PASS":
+        raise SystemExit(f"session_real: the plan was {verified.report.verdict}: {verified.notes}")
+    return whole, sum(result.wall_ms for result in verified.report.cases) / 1000
+
+
+def _real_venv(directory: str, wheel: str, number: int) -> tuple[float, float]:
+    """The same work as a user does it by hand: a venv, pip install from the same index, the ten cases."""
+    venv = os.path.join(directory, f"venv-{number}")
+    quiet = {"check": True, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": HOST_ENV}
+    start = time.perf_counter()
+    subprocess.run([choose_interpreter(), "-m", "venv", venv], **quiet)
+    python = os.path.join(venv, "bin", "python")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", os.path.join(REAL, "index"),
+                    "pytest", "hypothesis", wheel], **quiet)
+    verifier = os.path.join(directory, f"verifier-{number}")
+    shutil.copytree(os.path.join(REAL, "verifier"), verifier)
+    cases = 0.0
+    for test in REAL_TESTS:
+        begin = time.perf_counter()
+        subprocess.run([python, "-m", "pytest", "-q", f"tests/test_props.py::test_{test}"],
+                       cwd=verifier, **quiet)
+        cases += time.perf_counter() - begin
+    return time.perf_counter() - start, cases
+
+
+def session_real() -> dict:
+    with tempfile.TemporaryDirectory(prefix="casebox-bench-real-") as directory:
+        inputs, wheel = _real_inputs(directory)
+        _real_casebox(directory, inputs, 0)
+        casebox = [_real_casebox(directory, inputs, number) for number in range(1, REPEAT + 1)]
+        venv = [_real_venv(directory, wheel, number) for number in range(REPEAT)]
+    cases, venv_cases = statistics.median(run[1] for run in casebox), statistics.median(run[1] for run in venv)
+    return {"metric": "session_real", "value": round(statistics.median(run[0] for run in casebox) * 1000, 1), "unit": "ms",
+            "anchor": "a plain venv: python -m venv, pip install --no-index of the same wheels, the same ten pytest runs",
+            "anchor_value": round(statistics.median(run[0] for run in venv) * 1000, 1), "goal_ratio": 1.2,
+            "cases_ms": round(cases * 1000, 1), "venv_cases_ms": round(venv_cases * 1000, 1),
+            "cases_ratio": round(cases / venv_cases, 3)}
+
+
 METRICS = {"session_ten_trivial": session_ten_trivial, "session_per_case": session_per_case,
-           "session_ten_trivial_python": session_ten_trivial_python}
+           "session_ten_trivial_python": session_ten_trivial_python, "session_real": session_real}
