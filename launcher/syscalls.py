@@ -27,12 +27,12 @@ _LIBC = _FFI.dlopen(None)
 _NUMBERS = {
     "x86_64": {
         "clone": 56, "pivot_root": 155, "prctl": 157, "mount": 165, "umount2": 166, "keyctl": 250, "unshare": 272,
-        "setns": 308, "renameat2": 316, "seccomp": 317, "execveat": 322, "open_tree": 428, "move_mount": 429,
+        "syncfs": 306, "setns": 308, "renameat2": 316, "seccomp": 317, "execveat": 322, "open_tree": 428, "move_mount": 429,
         "close_range": 436, "mount_setattr": 442,
     },
     "aarch64": {
         "umount2": 39, "mount": 40, "pivot_root": 41, "unshare": 97, "prctl": 167, "keyctl": 219, "clone": 220,
-        "setns": 268, "renameat2": 276, "seccomp": 277, "execveat": 281, "open_tree": 428, "move_mount": 429,
+        "syncfs": 267, "setns": 268, "renameat2": 276, "seccomp": 277, "execveat": 281, "open_tree": 428, "move_mount": 429,
         "close_range": 436, "mount_setattr": 442,
     },
 }
@@ -138,6 +138,11 @@ def mount_setattr(dirfd: int, path: str, flags: int, attr_set: int, attr_clr: in
         "mount_setattr", _long(dirfd), _path(path), _long(flags), _FFI.cast("void *", attr),
         _long(_MOUNT_ATTR_SIZE_VER0), filename=path or None,
     )
+
+
+def syncfs(fd: int) -> None:
+    """Write back every dirty file of the filesystem holding ``fd``; the kernel reports any write-back error."""
+    _call("syncfs", _long(fd))
 
 
 def renameat2(olddirfd: int, oldpath: str, newdirfd: int, newpath: str, flags: int) -> None:

@@ -93,3 +93,19 @@ def test_a_directory_that_is_not_a_mount_is_no_live_output(tmp_path):
             outputs.open_live(live_fd, "out")
     finally:
         os.close(live_fd)
+
+
+def test_a_seal_is_durable_before_it_returns(places, monkeypatch):
+    """J1 for outputs: the seal is recorded only once its copy is durable, so the copy's filesystem is synced
+    after the last file is written and before seal_copy returns."""
+    source, sealed = places
+    (source / "sub").mkdir()
+    (source / "sub" / "a.py").write_bytes(b"a = 1\n")
+    synced = []
+
+    def syncfs(fd):
+        synced.append(sorted(os.listdir(os.path.join(f"/proc/self/fd/{fd}", "sub"))))
+
+    monkeypatch.setattr(outputs.sc, "syncfs", syncfs)
+    seal(source, sealed)
+    assert synced == [["a.py"]]

@@ -218,6 +218,14 @@ def test_prctl_clears_ambient_capabilities_and_names_itself_on_failure():
     assert caught.value.errno == errno.EINVAL
 
 
+def test_syncfs_writes_back_the_filesystem_of_a_descriptor(tmp_path):
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        sc.syncfs(fd)
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize(
     "call, name",
     [
@@ -232,6 +240,7 @@ def test_prctl_clears_ambient_capabilities_and_names_itself_on_failure():
         (lambda: sc.renameat2(sc.AT_FDCWD, "/nonexistent/a", sc.AT_FDCWD, "/nonexistent/b", 0), "renameat2"),
         (lambda: sc.close_range(5, 4, 0), "close_range"),
         (lambda: sc.execveat(-1, "", ["x"], {}, sc.AT_EMPTY_PATH), "execveat"),
+        (lambda: sc.syncfs(-1), "syncfs"),
     ],
 )
 def test_a_failure_raises_oserror_with_the_errno_and_the_call_name(call, name):
