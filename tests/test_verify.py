@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -224,6 +225,23 @@ def test_the_tombstone_is_sealed_and_valid(demo, casebox):
     assert (tombstone / "seal.json").is_file() and not os.stat(tombstone).st_mode & 0o222
     evidence = pathlib.Path(value(stdout, "evidence"))
     assert (evidence / "journal").read_bytes() == (tombstone / "journal").read_bytes()
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("tree", ["runner", "site"])
+def test_each_sealed_tree_holds_checked_hash_bytecode_for_every_module(demo, tree):
+    """Issue 14: each sealed tree carries, for every module installed in it, a .pyc compiled in its install
+    sandbox before the seal and validated by its source's hash (PEP 552 flags 0b11, SOURCE_DATE_EPOCH set), so
+    no case compiles the runner or the candidate again and a .pyc whose source differs never runs."""
+    root = pathlib.Path(value(demo[0].stdout.decode(), "tombstone")) / "outputs" / tree
+    sources = [path for path in root.rglob("*.py") if "bin" not in path.relative_to(root).parts]
+    assert sources
+    for source in sources:
+        cached = pathlib.Path(importlib.util.cache_from_source(str(source)))
+        header = cached.read_bytes()[:16]
+        assert header[:4] == importlib.util.MAGIC_NUMBER, cached
+        assert int.from_bytes(header[4:8], "little") == 0b11, f"{cached} is not a checked-hash .pyc"
+        assert header[8:16] == importlib.util.source_hash(source.read_bytes()), f"{cached} is stale"
 
 
 @pytest.mark.root

@@ -52,7 +52,7 @@ REPEAT = 3
 REAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "real")
 REAL_TESTS = ("round_trip", "runs_differ", "counts_positive", "merge_sorted", "merge_empty", "clamp_bounds",
               "clamp_identity", "chunks_join", "chunks_size", "chunks_count")
-PHASES = ("preflight", "opening", "extracting", "resolving", "installing", "case 1/", "cleanup", "evaluating")
+PHASES = ("preflight", "opening", "extracting", "resolving", "installing", "running", "cleanup", "evaluating")
 
 
 def _candidate(directory: str) -> tuple[str, str]:
@@ -114,8 +114,8 @@ def _one(directory: str, inputs: dict, number: int, python: str | None = None) -
         times[phase] = next(moment for line, moment in marks if line.startswith(phase))
     breakdown = {}
     for here, after in zip(PHASES, PHASES[1:] + ("end",)):
-        breakdown[here.rstrip("/ ").replace(" 1", "s")] = round(((times.get(after) or end) - times[here]) * 1000, 1)
-    cases = times["cleanup"] - times["case 1/"]
+        breakdown["cases" if here == "running" else here] = round(((times.get(after) or end) - times[here]) * 1000, 1)
+    cases = times["cleanup"] - times["running"]
     return {"whole": end - start - ops, "per_case": (cases - ops) / CASES, "breakdown": breakdown}
 
 
