@@ -1,0 +1,173 @@
+"""docs/design.md is the one definition of the numbered invariants the code, tests and docs cite.
+
+Pure and unprivileged: it reads files of this checkout and parses Python with ``ast`` and
+``tokenize``; it imports and runs nothing of casebox.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import pathlib
+import re
+import tokenize
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DESIGN = ROOT / "docs" / "design.md"
+
+# An invariant id: a family letter and a number, standing alone ("DESIGN S4", "J2:", "(C6)", "S1–S11").
+# Not after a word character, '.', '-' or '/', so hex digits, versions and paths are not ids.
+CITED = re.compile(r"(?<![\w.\-/])([TDSJCEFP]\d{1,2})(?!\w)")
+# Text that looks like an id and is not one: the C0 and C1 control-character sets.
+NOT_CITATIONS = re.compile(r"\bC0\s+and\s+C1\s+control|\bC[01]\s+control|\(C0, C1, ESC")
+ENTRY = re.compile(r"^#### ([TDSJCEFP]\d{1,2})[ \t]*$", re.MULTILINE)
+NEXT_HEADING = re.compile(r"^#{1,4} ", re.MULTILINE)
+ENFORCED = re.compile(r"^- \*\*Enforced by\*\* `([^`]+)`", re.MULTILINE)
+RED = re.compile(r"^- \*\*Red without it\*\* `([^`]+)`", re.MULTILINE)
+SCRIPT_PATH = re.compile(r"`((?:scripts|\.ci)/[^`\s:]+)")
+
+PYTHON_TREES = ("journal", "launcher", "steward", "executor", "scripts", "tests")
+TEXT_FILES = ("README.md", ".ci/run", "scripts/bench", "scripts/bootstrap", "scripts/build-demo",
+              "scripts/seccomp-digest", "scripts/test")
+
+
+def entries(text: str) -> dict[str, str]:
+    """Each invariant id defined in ``text`` and its entry: from its ``####`` heading to the next heading."""
+    found: dict[str, str] = {}
+    for match in ENTRY.finditer(text):
+        following = NEXT_HEADING.search(text, match.end())
+        body = text[match.end():following.start() if following else len(text)]
+        assert match.group(1) not in found, f"docs/design.md defines {match.group(1)} twice"
+        found[match.group(1)] = body
+    return found
+
+
+def prose_of_python(source: str) -> str:
+    """The comments and string literals of a Python file: where code cites invariants (never its names)."""
+    kept = [
+        token.string
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type in (tokenize.COMMENT, tokenize.STRING)
+    ]
+    return "\n".join(kept)
+
+
+def citations(text: str) -> set[str]:
+    return set(CITED.findall(NOT_CITATIONS.sub(" ", text)))
+
+
+def cited_by_the_repository() -> dict[str, set[str]]:
+    """Every invariant id cited anywhere in code, tests, scripts and docs, with the files citing it."""
+    sources: list[tuple[pathlib.Path, str]] = []
+    for tree in PYTHON_TREES:
+        for path in sorted((ROOT / tree).rglob("*.py")):
+            sources.append((path, prose_of_python(path.read_text(encoding="utf-8"))))
+    for path in sorted((ROOT / "docs").rglob("*.md")):
+        sources.append((path, path.read_text(encoding="utf-8")))
+    for name in TEXT_FILES:
+        path = ROOT / name
+        if path.is_file():
+            sources.append((path, path.read_text(encoding="utf-8")))
+    cited: dict[str, set[str]] = {}
+    for path, text in sources:
+        for found in citations(text):
+            cited.setdefault(found, set()).add(str(path.relative_to(ROOT)))
+    return cited
+
+
+def resolve(reference: str) -> ast.AST:
+    """The ``ast`` node of ``path::Name`` or ``path::Class.member``; an AssertionError saying what is missing."""
+    path_text, separator, symbol = reference.partition("::")
+    assert separator and symbol, f"{reference} is not path::symbol"
+    path = ROOT / path_text
+    assert path.is_file(), f"{path_text} does not exist"
+    scope: list[ast.stmt] = ast.parse(path.read_text(encoding="utf-8"), filename=path_text).body
+    node: ast.AST | None = None
+    for part in symbol.split("."):
+        node = next((child for child in scope if part in _names(child)), None)
+        assert node is not None, f"{path_text} defines no {symbol} (no {part})"
+        scope = getattr(node, "body", [])
+    assert node is not None
+    return node
+
+
+def _names(node: ast.stmt) -> tuple[str, ...]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return (node.name,)
+    if isinstance(node, ast.Assign):
+        return tuple(target.id for target in node.targets if isinstance(target, ast.Name))
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return (node.target.id,)
+    return ()
+
+
+DEFINED = entries(DESIGN.read_text(encoding="utf-8"))
+
+
+def test_the_design_defines_every_family():
+    """The design doc defines invariants of every family (T, D, S, J, C, E, F, P), so a parse that found
+    none cannot pass the other checks vacuously."""
+    assert {invariant[0] for invariant in DEFINED} == set("TDSJCEFP")
+
+
+def test_every_cited_invariant_is_defined():
+    """Every invariant id the code, tests, scripts or docs cite is defined in docs/design.md."""
+    cited = cited_by_the_repository()
+    assert len(cited) >= len(DEFINED) // 2, "the scan found almost no citation; the pattern is broken"
+    undefined = {invariant: sorted(files) for invariant, files in cited.items() if invariant not in DEFINED}
+    assert not undefined, f"cited but not defined in docs/design.md: {undefined}"
+
+
+def test_every_entry_names_its_guard_and_its_red_test():
+    """Each invariant entry has exactly one Enforced-by line and one Red-without-it line."""
+    for invariant, body in DEFINED.items():
+        assert len(ENFORCED.findall(body)) == 1, f"{invariant} needs one '- **Enforced by** `path::symbol`' line"
+        assert len(RED.findall(body)) == 1, f"{invariant} needs one '- **Red without it** `tests/...::test`' line"
+
+
+def _python_references() -> list[tuple[str, str, str]]:
+    found = []
+    for invariant, body in DEFINED.items():
+        for line, pattern in (("Enforced by", ENFORCED), ("Red without it", RED)):
+            for reference in pattern.findall(body):
+                if "::" in reference:
+                    found.append((invariant, line, reference))
+    return found
+
+
+@pytest.mark.parametrize("invariant, line, reference", _python_references())
+def test_each_named_module_symbol_and_test_exists(invariant, line, reference):
+    """Each ``path::symbol`` of an entry exists (``Class.method`` resolved through the class); a Red-without
+    test is a test function under tests/ whose docstring names the invariant it guards."""
+    node = resolve(reference)
+    if line == "Red without it":
+        assert reference.startswith("tests/test_"), f"{invariant}: {reference} is not a test module"
+        assert isinstance(node, ast.FunctionDef) and node.name.startswith("test_"), f"{reference} is not a test"
+        assert invariant in citations(ast.get_docstring(node) or ""), f"{reference}'s docstring does not name {invariant}"
+
+
+def test_every_reference_without_a_symbol_is_a_script():
+    """An entry may name a script instead of a Python symbol only under scripts/ or .ci/ (P1's CI run)."""
+    for invariant, line, reference in (
+        (invariant, line, reference)
+        for invariant, body in DEFINED.items()
+        for line, pattern in (("Enforced by", ENFORCED), ("Red without it", RED))
+        for reference in pattern.findall(body)
+        if "::" not in reference
+    ):
+        assert SCRIPT_PATH.match(f"`{reference}"), f"{invariant} {line}: {reference} is neither path::symbol nor a script"
+
+
+def test_every_script_the_design_names_exists():
+    """Every backticked scripts/... or .ci/... path in docs/design.md is a file of this checkout."""
+    named = set(SCRIPT_PATH.findall(DESIGN.read_text(encoding="utf-8")))
+    assert named, "docs/design.md names no script; the pattern is broken"
+    missing = sorted(path for path in named if not (ROOT / path).is_file())
+    assert not missing, f"docs/design.md names scripts that do not exist: {missing}"
+
+
+def test_the_architecture_page_links_the_design():
+    """docs/architecture.md, a newcomer's first page, links to the invariants."""
+    assert "(design.md)" in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
