@@ -28,9 +28,10 @@ ENFORCED = re.compile(r"^- \*\*Enforced by\*\* `([^`]+)`", re.MULTILINE)
 RED = re.compile(r"^- \*\*Red without it\*\* `([^`]+)`", re.MULTILINE)
 SCRIPT_PATH = re.compile(r"`((?:scripts|\.ci)/[^`\s:]+)")
 
-PYTHON_TREES = ("journal", "launcher", "steward", "executor", "scripts", "tests")
-TEXT_FILES = ("README.md", ".ci/run", "scripts/bench", "scripts/bootstrap", "scripts/build-demo",
-              "scripts/seccomp-digest", "scripts/test")
+# Where citations live: every text file of the checkout but the data in golden/ and what tools make.
+SKIPPED_DIRECTORIES = {".git", ".venv", "golden", "__pycache__", ".pytest_cache", "build", "dist"}
+TEXT_SUFFIXES = {".md", ".yml", ".yaml", ".toml", ".ini", ".service", ".cfg"}
+SCRIPT_DIRECTORIES = ("scripts", ".ci")
 
 
 def entries(text: str) -> dict[str, str]:
@@ -61,20 +62,26 @@ def citations(text: str) -> set[str]:
 def cited_by_the_repository() -> dict[str, set[str]]:
     """Every invariant id cited anywhere in code, tests, scripts and docs, with the files citing it."""
     sources: list[tuple[pathlib.Path, str]] = []
-    for tree in PYTHON_TREES:
-        for path in sorted((ROOT / tree).rglob("*.py")):
-            sources.append((path, prose_of_python(path.read_text(encoding="utf-8"))))
-    for path in sorted((ROOT / "docs").rglob("*.md")):
-        sources.append((path, path.read_text(encoding="utf-8")))
-    for name in TEXT_FILES:
-        path = ROOT / name
-        if path.is_file():
-            sources.append((path, path.read_text(encoding="utf-8")))
+    for path in sorted(_text_files(ROOT)):
+        text = path.read_text(encoding="utf-8")
+        sources.append((path, prose_of_python(text) if path.suffix == ".py" else text))
     cited: dict[str, set[str]] = {}
     for path, text in sources:
         for found in citations(text):
             cited.setdefault(found, set()).add(str(path.relative_to(ROOT)))
     return cited
+
+
+def _text_files(directory: pathlib.Path):
+    for path in directory.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            if path.name not in SKIPPED_DIRECTORIES and not path.name.endswith(".egg-info"):
+                yield from _text_files(path)
+        elif path.is_file() and (
+            path.suffix in TEXT_SUFFIXES | {".py"}
+            or (path.suffix == "" and path.parent.relative_to(ROOT).as_posix() in SCRIPT_DIRECTORIES)
+        ):
+            yield path
 
 
 def resolve(reference: str) -> ast.AST:
