@@ -45,14 +45,14 @@ def entries(text: str) -> dict[str, str]:
     return found
 
 
+# Python 3.12 splits an f-string into parts; its literal text is prose too.
+PROSE_TOKENS = {tokenize.COMMENT, tokenize.STRING} | ({tokenize.FSTRING_MIDDLE} if hasattr(tokenize, "FSTRING_MIDDLE") else set())
+
+
 def prose_of_python(source: str) -> str:
     """The comments and string literals of a Python file: where code cites invariants (never its names)."""
-    kept = [
-        token.string
-        for token in tokenize.generate_tokens(io.StringIO(source).readline)
-        if token.type in (tokenize.COMMENT, tokenize.STRING)
-    ]
-    return "\n".join(kept)
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return "\n".join(token.string for token in tokens if token.type in PROSE_TOKENS)
 
 
 def citations(text: str) -> set[str]:
@@ -61,15 +61,12 @@ def citations(text: str) -> set[str]:
 
 def cited_by_the_repository() -> dict[str, set[str]]:
     """Every invariant id cited anywhere in code, tests, scripts and docs, with the files citing it."""
-    sources: list[tuple[pathlib.Path, str]] = []
+    cited: dict[str, set[str]] = {}
     for path in sorted(_text_files(ROOT)):
         if path == pathlib.Path(__file__).resolve():
             continue  # its string literals are the scan's own samples, ids that are no citation among them
         text = path.read_text(encoding="utf-8")
-        sources.append((path, prose_of_python(text) if path.suffix == ".py" else text))
-    cited: dict[str, set[str]] = {}
-    for path, text in sources:
-        for found in citations(text):
+        for found in citations(prose_of_python(text) if path.suffix == ".py" else text):
             cited.setdefault(found, set()).add(str(path.relative_to(ROOT)))
     return cited
 
