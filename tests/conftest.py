@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -17,6 +19,31 @@ CORPORA_CANDIDATES = [
     pathlib.Path("/work/shared/corpora"),
 ]
 DEFAULT_SANDBOX_ID = 2_000_000_000
+SUITE_TMP_PREFIX = "casebox-suite-"
+
+
+def pytest_configure(config):
+    """Give this run a temporary directory of its own (sticky and world-writable like /tmp, since some tests
+    run casebox as another user), inside the one it was given: the staging directories, pytest's tmp_path and
+    everything the CLI makes in TMPDIR are this suite's alone, so a listing of it never sees another suite
+    (or another casebox) on the same machine, and `stage recover --all` never touches theirs."""
+    private = tempfile.mkdtemp(prefix=SUITE_TMP_PREFIX)
+    os.chmod(private, 0o1777)
+    os.environ["TMPDIR"] = tempfile.tempdir = private
+    config.casebox_suite_tmp = private
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A run that passed leaves nothing in TMPDIR; a failed one keeps its directory to look at, unless a
+    mount is still inside it (then it is kept either way: removing across a mount would empty its source)."""
+    private = getattr(session.config, "casebox_suite_tmp", None)
+    if private is None or exitstatus != 0:
+        return
+    inside = private.rstrip("/") + "/"
+    with open("/proc/self/mountinfo") as mountinfo:
+        if any(line.split(" ")[4].startswith(inside) for line in mountinfo):
+            return
+    shutil.rmtree(private, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -18,23 +18,27 @@ from steward.starter import OpResult, Sandbox, Spec
 PYTHON = "/usr/bin/python3"
 
 
-def mount_table(own: str = "/") -> list[str]:
-    """The host's mounts, without the ids that change when unrelated mounts come and go.
+def mount_table(own: str) -> list[str]:
+    """The mounts a test can be held to: those at or below ``own`` (its own state root or directories), and
+    every mount named ``casebox`` (a launcher's tmpfs, which belongs in a sandbox's namespace and never in the
+    host's) wherever it is. Each without the ids that change when unrelated mounts come and go.
 
-    Steward output mounts (source ``casebox-output``) outside ``own`` belong to
-    other sessions on this machine (another developer's suite) and are left out.
+    Every other host mount, another suite's output mounts among them, is left out: it comes and goes with
+    whatever else runs on this machine.
     """
+    inside = own.rstrip("/") + "/"
     found = []
     for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split(" ")
-        source = fields[fields.index("-") + 2] if "-" in fields else ""
-        if source == "casebox-output" and not (fields[4] + "/").startswith(own.rstrip("/") + "/"):
-            continue
-        found.append(line.split(" ", 4)[4])
+        point, source = fields[4], fields[fields.index("-") + 2]
+        if point == own.rstrip("/") or point.startswith(inside) or source == "casebox":
+            found.append(line.split(" ", 4)[4])
     return sorted(found)
 
 
 def processes_of(uid: int, gid: int) -> list[int]:
+    """The host's processes with ``uid`` or ``gid`` among their real, effective or saved ids: with the
+    test's dedicated ids, its own sandboxes' processes and nothing of another suite's."""
     found = []
     for process in psutil.process_iter(["pid", "uids", "gids"]):
         uids, gids = process.info["uids"], process.info["gids"]
@@ -56,7 +60,8 @@ def _describe(pids: list[int]) -> list[str]:
 
 @pytest.fixture
 def contained(sandbox_ids, tmp_path_factory):
-    """After the test: no process of the dedicated ids remains, and the host mount table is unchanged."""
+    """After the test: no process of the dedicated ids remains, and the mounts in this run's own directories
+    (and any launcher tmpfs in the host's namespace) are as before."""
     own = str(tmp_path_factory.getbasetemp())
     before = mount_table(own)
     yield

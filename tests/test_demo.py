@@ -217,12 +217,15 @@ def test_the_index_readme_lists_exactly_the_wheels_with_their_digests_and_licens
     text = (INDEX / "README.md").read_text()
     rows = dict(re.findall(r"^\| `([^`]+\.whl)` \| `([0-9a-f]{64})` \| [^|]*\w[^|]* \|", text, re.M))
     on_disk = {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in INDEX.glob("*.whl")}
+    assert on_disk, f"{INDEX} holds no wheel"
     assert rows == on_disk
 
 
 def test_the_index_holds_only_pure_python_wheels():
     """The index works on any runner: every wheel is for any platform and ABI."""
-    for path in INDEX.glob("*.whl"):
+    found = sorted(INDEX.glob("*.whl"))
+    assert found, f"{INDEX} holds no wheel"
+    for path in found:
         assert re.search(r"-(py3|py2\.py3)-none-any\.whl\Z", path.name), path.name
 
 

@@ -50,17 +50,44 @@ def test_each_outcome_warrants_its_code():
         assert fold.diagnostic(outcomes(**change)) == code
 
 
+# The outcomes a session holds several of: two triggers in one of these both happen, side by side. Every other
+# field holds one value (one journal verdict, one last helper attempt, one cleanup, one ending).
+REPEATED = ("privileged_statuses", "outer_absent")
+
+
+def both(first: dict, second: dict) -> dict | None:
+    """The changes of two triggers in one session, or None where they set the same single-valued outcome (a
+    session ends one way, and only its last helper attempt speaks), so no session can warrant both."""
+    merged = dict(first)
+    for field, value in second.items():
+        if field not in merged:
+            merged[field] = value
+        elif field in REPEATED:
+            merged[field] = merged[field] + value
+        else:
+            return None
+    return merged
+
+
 def test_the_highest_priority_code_wins_over_every_lower_one():
-    """C7: for every pair of outcomes, the one earlier in the table names the diagnostic."""
+    """C7: for every pair of outcomes one session can hold, both codes apply and the one earlier in the table
+    names the diagnostic; the pairs no session can hold are exactly those of one helper or one ending."""
+    exclusive = []
     for (high, first), (low, second) in itertools.combinations(TRIGGERS, 2):
-        merged = {**first, **second} if set(first) != set(second) else first
-        if set(first) & set(second):
+        merged = both(first, second)
+        if merged is None:
+            exclusive.append((high, low))
             continue
         if (high, low) == ("PRIVILEGED_NONZERO", "INTERRUPTED"):
             # The one exception, by design: the interruption's own kills warrant no code.
-            assert fold.diagnostic(outcomes(**merged)) == "INTERRUPTED"
+            assert fold.codes(outcomes(**merged)) == {"INTERRUPTED"}
             continue
+        assert fold.codes(outcomes(**merged)) == {high, low}, (high, low)
         assert fold.diagnostic(outcomes(**merged)) == high, (high, low)
+    helper = [code for code, change in TRIGGERS if "helper" in change]
+    endings = [code for code, change in TRIGGERS if "ending" in change]
+    assert len(helper) == 6 and len(endings) == 5
+    assert exclusive == [*itertools.combinations(helper, 2), *itertools.combinations(endings, 2)]
 
 
 def test_the_diagnostic_does_not_depend_on_the_order_outcomes_happened_in():

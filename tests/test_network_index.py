@@ -22,7 +22,8 @@ from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
 from plan_support import case as case_doc
 from test_forwarder import forwarding
 from test_resolver import failure, leaves
-from test_verify import EXAMPLES, dedicated_processes, mounts, packed, staging_dirs, table, value
+from sandbox_support import mount_table, processes_of
+from test_verify import EXAMPLES, packed, staging_dirs, table, value
 from wheelforge import wheel
 
 from executor import inside, pack
@@ -380,7 +381,7 @@ def test_a_launcher_whose_pid_1_shares_the_stewards_network_namespace_never_gets
         steward.close()
     # pid 1 was killed rather than shut down, so the session is not fully verified (C8).
     assert closed.diagnostic == "PRIVILEGED_NONZERO"
-    assert dedicated_processes(sandbox_ids[0]) == []
+    assert processes_of(*sandbox_ids) == []
 
 
 @pytest.mark.root
@@ -402,7 +403,7 @@ def test_a_forwarder_socket_outside_the_sandboxs_namespace_fails_the_start(tmp_p
         session.close()
     finally:
         steward.close()
-    assert dedicated_processes(sandbox_ids[0]) == []
+    assert processes_of(*sandbox_ids) == []
 
 
 @pytest.mark.root
@@ -473,7 +474,7 @@ def url_attempt(world, casebox):
     (trap_root / "simple").mkdir(parents=True)
     home = work / "home"
     home.mkdir()
-    before = mounts(base)
+    before = mount_table(str(base))
     staged = staging_dirs()
     with IndexServer(web) as server, IndexServer(trap_root) as trap:
         verifier = work / "verifier"
@@ -534,13 +535,15 @@ def test_only_the_resolver_and_fetch_sandboxes_had_the_network_and_the_attempt_c
     sandboxes = {record.fields["op_id"].partition(".")[0] for record in reading.records if record.kind is Kind.PROCESS_INTENT
                  and "." in record.fields["op_id"]}
     assert len([name for name in sandboxes if networked_op(name + ".x")]) == 2
-    for receipt in evidence.glob("*.receipt.json"):
+    receipts = sorted(evidence.glob("*.receipt.json"))
+    assert receipts, f"{evidence} holds no receipt"
+    for receipt in receipts:
         process = json.loads(receipt.read_bytes())["process"]
         assert process is None or not networked_op(process["op_id"])
     assert casebox("journal", "verify", str(pathlib.Path(value(stdout, "tombstone")) / JOURNAL_NAME)).returncode == 0
     base, _ = world
-    assert dedicated_processes(sandbox_ids[0]) == []
-    assert before - mounts(base) == set() and staging_dirs() <= staged
+    assert processes_of(*sandbox_ids) == []
+    assert mount_table(str(base)) == before and staging_dirs() <= staged
 
 
 def unresolved_notes(result) -> str:

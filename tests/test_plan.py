@@ -403,7 +403,9 @@ def test_other_layouts_give_the_same_digest_from_outside(casebox, repo, tmp_path
 def test_every_json_test_suite_refusal_is_one_sentence(corpora, capsys):
     """D1/F1: every n_ and i_ file of JSONTestSuite, checked as a plan, is exit 64 and one sentence."""
     directory = corpora / "JSONTestSuite" / "test_parsing"
-    for path in sorted(directory.glob("[ni]_*.json")):
+    files = sorted(directory.glob("[ni]_*.json"))
+    assert len(files) == 188 + 35, "the corpus's 188 n_ and 35 i_ files, every one checked"
+    for path in files:
         code, out, err = run(capsys, "plan", "check", str(path))
         assert (code, out) == (64, ""), path.name
         assert err.count("\n") == 1 and err.startswith(f"casebox: {path} at $"), err

@@ -54,6 +54,7 @@ def test_the_shipped_launcher_is_one_compiled_file_of_every_launcher_module():
     package = pathlib.Path(provision.launcher.__file__).parent
     expected = sorted("launcher" if path.name == "__init__.py" else f"launcher.{path.stem}"
                       for path in package.glob("*.py") if path.name != provision.TOP_LEVEL)
+    assert {"launcher", "launcher.drop", "launcher.ops"} <= set(expected), expected
     assert sorted(name for name, _, _ in modules) == expected
     assert all(code.co_filename == f"launcher/{name.rpartition('.')[2] if name != 'launcher' else '__init__'}.py"
                for name, _, code in modules)

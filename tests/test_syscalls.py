@@ -10,7 +10,6 @@ import errno
 import fcntl
 import json
 import os
-import pathlib
 import socket
 import traceback
 
@@ -18,6 +17,7 @@ import pytest
 
 from ffi_support import serialized
 from launcher import syscalls as sc
+from sandbox_support import mount_table
 
 root = pytest.mark.root
 
@@ -46,15 +46,12 @@ def in_child(function, *, own_mounts: bool = False):
     return reply["ok"]
 
 
-def mount_table() -> list[str]:
-    return sorted(line.split(" ", 4)[4] for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines())
-
-
 @pytest.fixture
-def host_mounts_unchanged():
-    before = mount_table()
+def host_mounts_unchanged(tmp_path):
+    """The test's mounts stay in its child's own namespace: none appears at or below its tmp_path on the host."""
+    before = mount_table(str(tmp_path))
     yield
-    assert mount_table() == before
+    assert mount_table(str(tmp_path)) == before
 
 
 def test_serialized_ffi_matches_the_cdef(tmp_path):

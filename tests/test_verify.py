@@ -14,9 +14,9 @@ import subprocess
 import tempfile
 import time
 
-import psutil
 import pytest
 from evidence_support import DESIGNED_STATUS
+from sandbox_support import mount_table, processes_of
 
 from executor import bundle as bundles
 from executor import pack, runtime, wheelbuild
@@ -33,26 +33,8 @@ NOBODY = 65534
 EXPECTED = DESIGNED_STATUS
 
 
-def mounts(own: pathlib.Path) -> set[str]:
-    """The host mounts at or below this test's own directory (root and mount point of each line): where a
-    session of this test mounts its outputs. Mounts elsewhere belong to other suites on this machine."""
-    with open("/proc/self/mountinfo") as info:
-        points = {tuple(line.split()[3:5]) for line in info}
-    inside = str(own).rstrip("/") + "/"
-    return {f"{root} {point}" for root, point in points if point == str(own) or point.startswith(inside)}
-
-
 def staging_dirs() -> set[str]:
     return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("casebox-staging-")}
-
-
-def dedicated_processes(uid: int) -> list[int]:
-    found = []
-    for process in psutil.process_iter(["pid", "uids", "gids"]):
-        uids, gids = process.info["uids"], process.info["gids"]
-        if uids and (uid in uids or uid in gids):
-            found.append(process.info["pid"])
-    return found
 
 
 def table(stdout: str) -> dict[str, tuple[str, ...]]:
@@ -86,7 +68,7 @@ def demo(world, casebox):
     """The demo as a CI job runs it: piped (stdout and stderr are no terminal), GITHUB_ACTIONS=true, and a job
     summary file of its own."""
     base, config = world
-    before = mounts(base)
+    before = mount_table(str(base))
     staged = staging_dirs()
     env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(base / "step-summary.md")}
     result = casebox("--config", str(config), "demo", timeout=180, env=env)
@@ -208,10 +190,8 @@ def test_the_demo_leaves_nothing_running_or_mounted(demo, world, sandbox_ids):
     """S6, C4: no process of the dedicated UID survives the attempt, no mount of it remains, no staging is left."""
     _, before, staged = demo
     base, _ = world
-    assert dedicated_processes(sandbox_ids[0]) == []
-    after = mounts(base)
-    assert before - after == set()
-    assert [mount for mount in after - before if str(base) in mount] == []
+    assert processes_of(*sandbox_ids) == []
+    assert mount_table(str(base)) == before
     assert staging_dirs() <= staged, "a verification left a staging directory"
 
 
@@ -514,7 +494,7 @@ def test_a_sigkilled_verify_leaves_no_staging_directory_after_the_next_run(world
     assert staging_dirs() <= staged - set(left), "a staging directory outlived its verification"
     recovered = casebox("--config", str(config), "stage", "recover", "--all", "--state-root", str(state))
     assert recovered.returncode == 0, recovered.stdout.decode()
-    assert dedicated_processes(sandbox_ids[0]) == []
+    assert processes_of(*sandbox_ids) == []
 
 
 @pytest.mark.root
@@ -578,4 +558,4 @@ def test_a_verify_stopped_with_sigterm_leaves_no_staging_and_its_stage_retired_o
         assert note == "session=INTERRUPTED diagnostic=INTERRUPTED"
     assert os.listdir(state / "stages") == [] and all(
         (state / "tombstones" / name / "seal.json").exists() for name in os.listdir(state / "tombstones"))
-    assert dedicated_processes(sandbox_ids[0]) == []
+    assert processes_of(*sandbox_ids) == []
