@@ -134,3 +134,29 @@ def test_pid1_is_not_dumpable_even_when_the_host_lets_a_uid_change_keep_it(sandb
         )
     # hidepid=2 shows a process that may not be read as absent, so ENOENT is as good a refusal as EACCES.
     assert result.wait_status == 0 and result.stdout.strip() in (b"%d" % errno.EACCES, b"%d" % errno.ENOENT), result
+
+
+def _descriptors(pid: int) -> dict[int, str]:
+    """What each open descriptor of ``pid`` refers to, read from the trusted side."""
+    return {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+
+
+@pytest.mark.root
+def test_pid1_holds_only_its_standard_streams_the_channel_and_the_ops_cgroup(sandbox_ids, state_root, contained):
+    """S5, S7: before the drop pid 1 closes every descriptor but 0, 1, 2, the channel and the ops cgroup
+    (drop.close_descriptors_but), so pid 1 itself, not only each op's child (which marks descriptors
+    close-on-exec on its own), holds no staging file, launcher memfd or host directory; and an op leaves it
+    nothing new. Read from the host, since an op cannot read pid 1's descriptors."""
+    with start(sandbox_ids, state_root) as sandbox:
+        ready = _descriptors(sandbox.init_pid)
+        result = sandbox.run(["/bin/true"], env=dict(SANDBOX_ENV), timeout_ms=20_000, stdout_cap=4096, stderr_cap=4096)
+        after_op = _descriptors(sandbox.init_pid)
+        ops_cgroup = os.readlink(f"/proc/self/fd/{sandbox.op_cgroup_fd}")
+    assert result.wait_status == 0, result
+    assert after_op == ready
+    standard = {fd: ready.pop(fd) for fd in (0, 1, 2)}
+    assert standard[0] == standard[1] == "/dev/null" and standard[2].startswith("pipe:"), standard
+    channel = [fd for fd, target in ready.items() if target.startswith("socket:")]
+    assert len(channel) == 1, ready
+    del ready[channel[0]]
+    assert list(ready.values()) == [ops_cgroup], "pid 1 holds a descriptor it was not designed to keep"

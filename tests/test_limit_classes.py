@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 
 import pytest
@@ -20,25 +21,36 @@ def test_priority_puts_hit_limits_before_their_consequences():
     assert limits.worst({"OUTPUT", "SIGNALLED"}) == "OUTPUT"
     assert limits.worst({"EXIT_NONZERO", "DISK"}) == "DISK"
     assert limits.worst({"SIGNALLED", "EXIT_NONZERO"}) == "SIGNALLED"
-    assert limits.worst({"OK"}) == limits.worst(set()) == "OK"
     assert limits.CLASSES[-1] == "OK" and len(set(limits.CLASSES)) == 8
 
 
-@pytest.mark.parametrize(
-    "status, flags, expected",
-    [
-        (0, {}, "OK"),
-        (1 << 8, {}, "EXIT_NONZERO"),
-        (signal.SIGSEGV, {}, "SIGNALLED"),
-        (signal.SIGKILL, {"timed_out": True}, "TIMEOUT"),
-        (signal.SIGXCPU, {}, "TIMEOUT"),
-        (signal.SIGKILL, {"overflowed": True}, "OUTPUT"),
-        (0, {"overflowed": True}, "OUTPUT"),
-        (signal.SIGXFSZ, {}, "DISK"),
-        (1 << 8, {"scratch_full": True}, "DISK"),
-        (0, {"scratch_full": True}, "DISK"),
-    ],
-)
+def test_each_class_names_itself_and_every_set_its_first_class():
+    """S10: an op that hit one limit is that class (so OK is OK because it is listed, not by falling through),
+    an op that hit several is the first of them in the priority, and an op that hit none is OK."""
+    for name in limits.CLASSES:
+        assert limits.worst({name}) == name
+    for size in range(2, len(limits.CLASSES) + 1):
+        for hit in itertools.combinations(limits.CLASSES, size):
+            assert limits.worst(set(hit)) == hit[0], hit
+    assert limits.worst(set()) == "OK"
+
+
+# What the launcher observed (the wait status and its flags) and the class it names, one row per way to get there.
+OBSERVED = [
+    (0, {}, "OK"),
+    (1 << 8, {}, "EXIT_NONZERO"),
+    (signal.SIGSEGV, {}, "SIGNALLED"),
+    (signal.SIGKILL, {"timed_out": True}, "TIMEOUT"),
+    (signal.SIGXCPU, {}, "TIMEOUT"),
+    (signal.SIGKILL, {"overflowed": True}, "OUTPUT"),
+    (0, {"overflowed": True}, "OUTPUT"),
+    (signal.SIGXFSZ, {}, "DISK"),
+    (1 << 8, {"scratch_full": True}, "DISK"),
+    (0, {"scratch_full": True}, "DISK"),
+]
+
+
+@pytest.mark.parametrize("status, flags, expected", OBSERVED)
 def test_the_launcher_classifies_what_it_observed(status, flags, expected):
     """S10: time, output and disk limits each get their own class, never OK."""
     observed = {"timed_out": False, "overflowed": False, "scratch_full": False, **flags}
@@ -72,6 +84,16 @@ def test_a_class_the_launcher_may_not_report_is_refused_never_read_as_ok(reporte
     """S10, fail closed: an unknown class (or one only the cgroup may name) ends the sandbox; it never becomes OK."""
     with pytest.raises(ProtocolError, match="limit class"):
         op_class(reported, NOTHING, NOTHING)
+
+
+def test_every_class_the_launcher_observes_is_accepted_as_itself():
+    """S10, the other half of the refusal: the classes the starter accepts from the launcher are exactly those
+    the launcher's classify can name, and each, with no cgroup event, stays itself (a starter that refused every
+    class, or one that accepted MEMORY or PIDS from the launcher, goes red here)."""
+    assert {expected for _, _, expected in OBSERVED} == set(limits.LAUNCHER_CLASSES)
+    assert set(limits.CLASSES) - set(limits.LAUNCHER_CLASSES) == {"MEMORY", "PIDS"}
+    for reported in limits.LAUNCHER_CLASSES:
+        assert op_class(reported, NOTHING, NOTHING) == reported
 
 
 def test_the_priority_is_the_one_docs_launcher_md_states(repo):
