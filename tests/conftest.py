@@ -19,6 +19,9 @@ CORPORA_CANDIDATES = [
     pathlib.Path("/work/shared/corpora"),
 ]
 DEFAULT_SANDBOX_ID = 2_000_000_000
+# A second identity of this run's own is the dedicated one shifted this far, never by one: two suites run side
+# by side with neighbouring dedicated ids, and one's "other uid" must not be the next one's dedicated uid.
+OTHER_IDS_OFFSET = 1_000_000_000
 SUITE_TMP_PREFIX = "casebox-suite-"
 
 
@@ -34,8 +37,8 @@ def pytest_configure(config):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """A run that passed leaves nothing in TMPDIR; a failed one keeps its directory to look at, unless a
-    mount is still inside it (then it is kept either way: removing across a mount would empty its source)."""
+    """A run that passed leaves nothing in TMPDIR; a failed one keeps its directory to look at, and so does any
+    run with a mount still inside it (removing across a mount would empty the mount's source)."""
     private = getattr(session.config, "casebox_suite_tmp", None)
     if private is None or exitstatus != 0:
         return
@@ -44,6 +47,12 @@ def pytest_sessionfinish(session, exitstatus):
         if any(line.split(" ")[4].startswith(inside) for line in mountinfo):
             return
     shutil.rmtree(private, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    private = getattr(config, "casebox_suite_tmp", None)
+    if private is not None and os.path.isdir(private):
+        terminalreporter.write_line(f"this run's TMPDIR is kept: {private}")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -76,6 +85,14 @@ def sandbox_ids() -> tuple[int, int]:
     uid = int(os.environ.get("CASEBOX_TEST_UID", DEFAULT_SANDBOX_ID))
     gid = int(os.environ.get("CASEBOX_TEST_GID", uid))
     return uid, gid
+
+
+@pytest.fixture(scope="session")
+def other_ids(sandbox_ids) -> tuple[int, int]:
+    """A (uid, gid) that is this run's too but not the dedicated pair: for a bystander process or a socket
+    group. Far from the dedicated ids, so it is never another side-by-side suite's dedicated pair."""
+    uid, gid = sandbox_ids
+    return uid + OTHER_IDS_OFFSET, gid + OTHER_IDS_OFFSET
 
 
 @pytest.fixture

@@ -332,10 +332,10 @@ def test_host_sysv_ipc_and_dev_shm_are_unreachable(sandbox_ids, state_root):
         libc.msgctl(msg, 0, None)
 
 
-def test_kill_minus_one_hurts_nothing_outside(sandbox_ids, state_root):
+def test_kill_minus_one_hurts_nothing_outside(sandbox_ids, other_ids, state_root):
     """S8/S9: kill(-1, SIGKILL) reaches only the sandbox's own processes."""
     sentinels = [subprocess.Popen(["/usr/bin/sleep", "30"]),
-                 subprocess.Popen(["/usr/bin/sleep", "30"], user=sandbox_ids[0] + 1, group=sandbox_ids[1] + 1)]
+                 subprocess.Popen(["/usr/bin/sleep", "30"], user=other_ids[0], group=other_ids[1])]
     try:
         result, seen = hostile(sandbox_ids, state_root, """
             import json, os, signal

@@ -46,10 +46,10 @@ def _as_client(gid: int):
 
 
 @pytest.fixture(scope="module")
-def attempt(sandbox_ids, casebox):
+def attempt(sandbox_ids, other_ids, casebox):
     """The daemon, then one verify through it as nobody; everything the checks need."""
     base = pathlib.Path(tempfile.mkdtemp(prefix="casebox-daemon-verify-"))
-    socket_gid = sandbox_ids[1] + 1
+    socket_gid = other_ids[1]
     try:
         for package in PACKAGES:
             shutil.copytree(REPO / package, base / "code" / package, ignore=shutil.ignore_patterns("__pycache__"))
