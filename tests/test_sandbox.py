@@ -20,8 +20,9 @@ from journal.errors import Refused
 from journal.reader import Verdict, read_journal
 from journal.writer import JournalWriter
 from launcher import protocol, reexec, rendezvous, syscalls
+from launcher.mounts import SCRATCH
 from launcher.protocol import Channel, ProtocolError
-from sandbox_support import PYTHON, contained, hostile, processes_of, run, start, state_root  # noqa: F401
+from sandbox_support import PYTHON, contained, hostile, mount_table, processes_of, run, start, state_root  # noqa: F401
 from steward import procfs, provision, starter
 from steward.failure import SandboxFailure
 from steward.ledger import RecordingLedger
@@ -471,28 +472,18 @@ def test_a_sandbox_failure_is_one_sentence_with_a_way_forward(sandbox_ids, state
         start(sandbox_ids, state_root)
 
 
-def _launcher_mounts() -> list[str]:
-    """The mount points of this namespace that the launcher makes: its tmpfs (source ``casebox``) and procfs.
-    Other mounts come and go on a shared host (they propagate into a shared namespace) and are ignored."""
-    found = []
-    for line in open("/proc/self/mountinfo"):
-        fstype, source = line.split(" - ", 1)[1].split()[:2]
-        if source == "casebox" or fstype == "proc":
-            found.append(line.split()[4])
-    return found
-
-
 def test_no_sandbox_mount_propagates_even_when_the_starters_mounts_are_shared(sandbox_ids, state_root):
-    """S4: pid 1 makes propagation private before its first mount, so a shared host root sees nothing."""
+    """S4: pid 1 makes propagation private before its first mount, so a shared host root sees nothing: no tmpfs
+    named ``casebox`` and nothing at or below the launcher's scratch directory, where it builds the new root."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             syscalls.unshare(syscalls.CLONE_NEWNS)
             syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_SHARED)
-            before = _launcher_mounts()
+            before = mount_table(SCRATCH)
             run(sandbox_ids, state_root, ["/usr/bin/true"])
-            after = _launcher_mounts()
+            after = mount_table(SCRATCH)
             os.write(write_end, json.dumps([before, after]).encode())
         finally:
             os._exit(0)
