@@ -116,10 +116,12 @@ def world(sandbox_ids):
 
 
 def copied_runtime(minor: str, where: pathlib.Path) -> str:
-    """A copy of a pyenv CPython at ``where`` (hard links: directories of its own, the same files); its interpreter."""
+    """A copy of a pyenv CPython at ``where``; its interpreter. A real copy, never hard links: a link changes the
+    link count and ctime of every file of the shared runtime, which the runtime check (issue 18) of another
+    suite running on that runtime at the same moment rightly reads as its runtime changing under it."""
     source = pathlib.Path(needs(minor)).resolve().parent.parent
     where.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cp", "-al", str(source), str(where)], check=True)
+    subprocess.run(["cp", "-a", str(source), str(where)], check=True)
     return str(where / "bin" / f"python{minor}")
 
 
