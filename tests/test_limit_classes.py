@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from launcher import limits
+from launcher import limits, vocabulary
 from launcher.ops import classify
 from launcher.protocol import ProtocolError
 from steward.cgroups import Counters
@@ -90,9 +90,9 @@ def test_every_class_the_launcher_observes_is_accepted_as_itself():
     """S10, the other half of the refusal: the classes the starter accepts from the launcher are exactly those
     the launcher's classify can name, and each, with no cgroup event, stays itself (a starter that refused every
     class, or one that accepted MEMORY or PIDS from the launcher, goes red here)."""
-    assert {expected for _, _, expected in OBSERVED} == set(limits.LAUNCHER_CLASSES)
-    assert set(limits.CLASSES) - set(limits.LAUNCHER_CLASSES) == {"MEMORY", "PIDS"}
-    for reported in limits.LAUNCHER_CLASSES:
+    assert {expected for _, _, expected in OBSERVED} == set(vocabulary.LAUNCHER_CLASSES)
+    assert set(limits.CLASSES) - set(vocabulary.LAUNCHER_CLASSES) == {"MEMORY", "PIDS"}
+    for reported in vocabulary.LAUNCHER_CLASSES:
         assert op_class(reported, NOTHING, NOTHING) == reported
 
 
