@@ -20,19 +20,19 @@ import os
 import sys
 from typing import Sequence
 
-from executor.extract import SANDBOX_MODULES as EXTRACTOR_MODULES
-from executor.frontend import EXIT_REFUSED
-from executor.resolver import NO_PROXY
-from executor.resolver import SANDBOX_MODULES as RESOLVER_MODULES
+from executor.transport.extract import SANDBOX_MODULES as EXTRACTOR_MODULES
+from executor.cli.frontend import EXIT_REFUSED
+from executor.deps.resolver import NO_PROXY
+from executor.deps.resolver import SANDBOX_MODULES as RESOLVER_MODULES
 
 TOOLS = "/cap/tools"
 # Every casebox file the tools import: what the tools capability holds, and nothing else.
-MODULES = tuple(sorted(set(EXTRACTOR_MODULES) | set(RESOLVER_MODULES) | {"executor/inside.py", "executor/simpleindex.py"}))
+MODULES = tuple(sorted(set(EXTRACTOR_MODULES) | set(RESOLVER_MODULES) | {"executor/inside.py", "executor/deps/simpleindex.py"}))
 BOOT = f"import sys; sys.path[:0] = [{TOOLS!r}]; from executor.inside import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _extract(archive: str, target: str) -> int:
-    from executor import extract
+    from executor.transport import extract
 
     archive_fd = os.open(archive, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     target_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -70,8 +70,8 @@ def _pip(wheel: str, arguments: Sequence[str]) -> int:
 def _fetch(acks: str, target: str, index: str, installer: str, proxy: str) -> int:
     """Exactly the ACKed pins into ``target``: copied from a find-links index, or downloaded from a network index;
     each file created once and refused unless its bytes have the ACKed sha256."""
-    from executor import simpleindex
-    from executor.resolverproto import LOCAL_INDEX, acks_from_bytes
+    from executor.deps import simpleindex
+    from executor.deps.protocol import LOCAL_INDEX, acks_from_bytes
 
     with open(acks, "rb") as file:
         pins = acks_from_bytes(file.read())
@@ -105,7 +105,7 @@ def _certificates(installer: str) -> str | None:
     """The CA bundle pip vendors (certifi), read from the installer wheel: what https is verified against."""
     import zipfile
 
-    from executor.simpleindex import CERTIFI
+    from executor.deps.simpleindex import CERTIFI
 
     try:
         with zipfile.ZipFile(installer) as archive:
@@ -122,7 +122,7 @@ def main(argv: Sequence[str]) -> int:
     if argv[:1] == ["fetch"] and len(argv) == 6:
         return _fetch(*argv[1:])
     if argv[:1] == ["resolve"] and len(argv) == 5:
-        from executor import resolver
+        from executor.deps import resolver
 
         return resolver.main(argv[1:])
     print(f"casebox tools: unknown invocation {list(argv)!r}", file=sys.stderr)

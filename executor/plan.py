@@ -81,7 +81,7 @@ LIMIT_BOUNDS = {
 
 
 class Junit(collections.namedtuple("Junit", "max_bytes max_testcases")):
-    """The caps a pytest case's junit report is read under (executor/junit.py)."""
+    """The caps a pytest case's junit report is read under (executor/evidence/junit.py)."""
 
     __slots__ = ()
 

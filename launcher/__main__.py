@@ -37,7 +37,7 @@ def _import_dir(fd: int) -> None:
     sys.path.append(f"/proc/self/fd/{fd}")
 
 
-def stage_one(staging_fd: int, socket_name: str) -> int:
+def outer_launcher(staging_fd: int, socket_name: str) -> int:
     from launcher import rendezvous
 
     nonce = rendezvous.read_nonce()
@@ -152,7 +152,7 @@ def pid_one(arguments: list[str]) -> int:
 
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "stage1":
-        code = stage_one(int(sys.argv[2]), sys.argv[3])
+        code = outer_launcher(int(sys.argv[2]), sys.argv[3])
     elif len(sys.argv) >= 9 and sys.argv[1] == "pid1":
         code = pid_one(sys.argv[2:])
     else:

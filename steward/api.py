@@ -26,7 +26,7 @@ NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}\Z")
 NAME_RULE = "must be a name: 1 to 40 of a-z 0-9 _ -, starting with a letter or digit"
 MAX_OUTPUT = 256 << 10
 # An evidence file the client stores in its stage (a receipt, a case's published output) and gets back at close
-# with the journal and seal.json. The largest is a published junit report (executor.receipts), whose base64
+# with the journal and seal.json. The largest is a published junit report (executor.evidence.receipts), whose base64
 # fits one wire message (steward.wire.MAX_MESSAGE); a stage of the most cases stores at most the files count.
 EVIDENCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}\Z")
 EVIDENCE_RULE = "must be one file name of A-Z a-z 0-9 . _ -, starting with a letter or digit, at most 255 bytes"

@@ -5,7 +5,7 @@ Under the dedicated UID's lease (so no other session's sandbox is alive):
 1. the preceding process inventory is taken and kept (its digest is the
    evidence's ``preceding_process_digest``);
 2. REMOVE_AND_PROVE attempts run while the journal's rules permit one
-   (steward/attempts.py);
+   (steward/helperattempts.py);
 3. the process and mount inventories are taken again and kept;
 4. the proof holds when the last helper response was accepted as CLEANED,
    the process inventory shows nothing alive and no mount remains at or under
@@ -31,7 +31,7 @@ from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
 from journal.format import CAP, Kind, sandbox_of
 from journal.reader import Reading, Verdict, read_journal
-from steward import attempts, documents, fold, inventory
+from steward import documents, fold, helperattempts, inventory
 from steward.helper import Request, remove_and_prove
 from steward.stateroot import StateRoot
 
@@ -46,7 +46,7 @@ class Result:
     preceding_digest: str
     process_digest: str
     mount_digest: str
-    progress: attempts.Progress
+    progress: helperattempts.Progress
 
 
 def read_own_journal(stage_fd: int, stage_id: str, head: str) -> Reading:
@@ -91,8 +91,8 @@ class Cleaner:
     lease_seconds: float
     reaper: str
     ending: str
-    timing: attempts.Timing = attempts.Timing()
-    command: tuple[str, ...] = attempts.HELPER_COMMAND
+    timing: helperattempts.Timing = helperattempts.Timing()
+    command: tuple[str, ...] = helperattempts.HELPER_COMMAND
     handles: dict = dataclasses.field(default_factory=dict)
     outer: list = dataclasses.field(default_factory=list)
     hook: object = None
@@ -114,7 +114,7 @@ class Cleaner:
         if len(started) <= attempted:
             return False
         interrupted = started[attempted]
-        outcome, _ = attempts.classify(attempts.Observation(interrupted.wait_status, b"", False), stage_id=self.stage_id)
+        outcome, _ = helperattempts.classify(helperattempts.Observation(interrupted.wait_status, b"", False), stage_id=self.stage_id)
         digest = documents.keep(self.documents_fd, b"", shown=f"{self.stage_path}/{documents.DOCUMENTS}")
         self.writer.helper_attempt(attempted + 1, digest, outcome)
         return True
@@ -143,7 +143,7 @@ class Cleaner:
             if self._settle_interrupted(reading):
                 reading = read_own_journal(self.stage_fd, self.stage_id, self.writer.head)
             outcomes = helper_outcomes(reading)
-            runner = attempts.HelperRunner(
+            runner = helperattempts.HelperRunner(
                 self.writer, documents_fd=self.documents_fd, shown=f"{self.stage_path}/{documents.DOCUMENTS}",
                 reaper=self.reaper, timing=self.timing, command=self.command, hook=self.hook,
             )
@@ -159,7 +159,7 @@ class Cleaner:
                 identities=tuple((identity.pid, identity.starttime) for identity in recorded if identity.wait_status is None),
                 budget_ms=max(1, int(self.timing.response_seconds * 500)),
             )
-            if len(outcomes) < attempts.MAX_ATTEMPTS and (previous is None or attempts.may_follow(previous)):
+            if len(outcomes) < helperattempts.MAX_ATTEMPTS and (previous is None or helperattempts.may_follow(previous)):
                 done = runner.run(request, first=len(outcomes) + 1, previous=previous)
             else:
                 # Retry has ended (C6): no helper may run, so the cleanup writer removes what is left itself,
@@ -167,7 +167,7 @@ class Cleaner:
                 done = []
                 remove_and_prove(request)
             runner.reap_late(LATE_REAP_SECONDS if runner.unreaped else 0)
-            progress = attempts.projection(done)
+            progress = helperattempts.projection(done)
             reading = read_own_journal(self.stage_fd, self.stage_id, self.writer.head)
             processes, process_digest = self._process_inventory(reading)
             mounts = inventory.mount_document(inventory.read_mountinfo(), self.root.path, self.stage_path)

@@ -73,7 +73,7 @@ MAX_CONNECTIONS = 16
 HTTPS_PORT = 443
 URL_MAX_BYTES = 2_048
 # Starts the reason phrase of every answer the forwarder makes itself, so pip's log shows whose answer it is
-# (executor/resolver.py reads it as FORWARDER_MARK).
+# (executor/deps/resolver.py reads it as FORWARDER_MARK).
 MARK = "casebox forwarder:"
 SCHEME_PORTS = {"http": 80, "https": 443}
 # RFC 3986's unreserved and reserved characters and '%', less '?', '#' and '@': no query, no fragment, no

@@ -75,7 +75,7 @@ ROOT = 0
 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
-    """The daemon's bounds; their defaults are the configuration's (executor/config.py, docs/configuration.md)."""
+    """The daemon's bounds; their defaults are the configuration's (executor/cli/config.py, docs/configuration.md)."""
 
     idle_seconds: float
     max_connections: int

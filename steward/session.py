@@ -41,7 +41,7 @@ from journal.files import JOURNAL_NAME, read_evidence
 from journal.format import CAP, NETWORK_SANDBOX_SUFFIX, check_id
 from journal.seal import NAME as SEAL_NAME
 from journal.writer import JournalWriter, Unreserved
-from steward import api, attempts, cleanup, dedicated, documents, outputs, procfs, retirement
+from steward import api, cleanup, dedicated, documents, helperattempts, outputs, procfs, retirement
 from steward.api import Limits
 from steward.failure import SandboxFailure
 from steward.stateroot import STAGES, TOMBSTONES, Lease, StateRoot, make_directory_at, open_directory_at
@@ -89,8 +89,8 @@ class Settings:
     uid: int
     gid: int
     lease_seconds: float = 120.0
-    timing: attempts.Timing = attempts.Timing()
-    helper_command: tuple[str, ...] = attempts.HELPER_COMMAND
+    timing: helperattempts.Timing = helperattempts.Timing()
+    helper_command: tuple[str, ...] = helperattempts.HELPER_COMMAND
     # The hosts besides the index's own that an index sandbox's forwarder may reach (``index_file_hosts``).
     index_file_hosts: tuple[str, ...] = ()
 

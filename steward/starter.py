@@ -40,7 +40,7 @@ from steward.failure import SandboxFailure
 from steward.forwarder import Destinations, Forwarder
 from steward.ledger import IntentLedger
 from steward.log import log
-from steward.runtime import open_runtime
+from steward.interpreter import open_runtime
 from steward.stateroot import StateRoot
 
 HOSTNAME = "casebox"
@@ -171,7 +171,7 @@ class Sandbox:
         self.launcher_name = f"launcher-{self.id}.pyc"
         self.socket_name = f"rendezvous-{self.id}.sock"
         self.forwarder: Forwarder | None = None
-        self.stage_one: subprocess.Popen | None = None
+        self.outer_launcher: subprocess.Popen | None = None
         self.unreaped: dict[int, str] = {}
         self.init_pid = 0
         self.ops = 0
@@ -277,7 +277,7 @@ class Sandbox:
             cwd="/",
             start_new_session=True,
         )
-        self.stage_one = process
+        self.outer_launcher = process
         self.unreaped[process.pid] = self._op_id("launcher")
         # While stage 1's interpreter starts (it then waits for the nonce):
         # its move into the cgroup, on a thread because the move mostly waits
@@ -320,9 +320,9 @@ class Sandbox:
         except TimeoutError:
             raise ProtocolError("the launcher did not connect in time") from None
         pid, uid, _ = seqpacket.peer_credentials(connection)
-        if uid != 0 or pid != self.stage_one.pid:
+        if uid != 0 or pid != self.outer_launcher.pid:
             connection.close()
-            raise ProtocolError(f"the rendezvous peer is pid {pid} uid {uid}, not the launcher (pid {self.stage_one.pid}, uid 0)")
+            raise ProtocolError(f"the rendezvous peer is pid {pid} uid {uid}, not the launcher (pid {self.outer_launcher.pid}, uid 0)")
         seqpacket.force_send_buffer(connection)
         connection.settimeout(BOOTSTRAP_SECONDS)
         return connection
@@ -422,10 +422,10 @@ class Sandbox:
         self.init_pid = pid
         self.unreaped[pid] = self._op_id("init")
         self.ledger.process_intent(self._op_id("init"), "namespace", found.pid, found.starttime, found.pgid)
-        stage_one = self.stage_one.pid
-        status = _reap(stage_one, BOOTSTRAP_SECONDS)
-        del self.unreaped[stage_one]
-        self.stage_one.returncode = os.waitstatus_to_exitcode(status)
+        outer_launcher = self.outer_launcher.pid
+        status = _reap(outer_launcher, BOOTSTRAP_SECONDS)
+        del self.unreaped[outer_launcher]
+        self.outer_launcher.returncode = os.waitstatus_to_exitcode(status)
         self.ledger.process_terminal(self._op_id("launcher"), status, "steward")
         if status != 0:
             raise ProtocolError(f"the launcher's first stage ended with wait status {status:#x}")
@@ -543,17 +543,17 @@ class Sandbox:
         if self.channel is not None:
             self.channel.sock.close()
             self.channel = None
-        if self.stage_one is not None and self.stage_one.pid in self.unreaped:
-            status = _reap(self.stage_one.pid, 0)
-            del self.unreaped[self.stage_one.pid]
-            self.stage_one.returncode = os.waitstatus_to_exitcode(status)
+        if self.outer_launcher is not None and self.outer_launcher.pid in self.unreaped:
+            status = _reap(self.outer_launcher.pid, 0)
+            del self.unreaped[self.outer_launcher.pid]
+            self.outer_launcher.returncode = os.waitstatus_to_exitcode(status)
             self._record(self.ledger.process_terminal, self._op_id("launcher"), status, "steward")
-        if self.stage_one is not None:
+        if self.outer_launcher is not None:
             self._close_outer_group()
-        if self.stage_one is not None and self.stage_one.stderr is not None and not self.stage_one.stderr.closed:
+        if self.outer_launcher is not None and self.outer_launcher.stderr is not None and not self.outer_launcher.stderr.closed:
             # Every writer (stage 1, pid 1) is reaped, so this read ends.
-            lines = [line for line in self.stage_one.stderr.read().decode("utf-8", "replace").splitlines() if line.strip()]
-            self.stage_one.stderr.close()
+            lines = [line for line in self.outer_launcher.stderr.read().decode("utf-8", "replace").splitlines() if line.strip()]
+            self.outer_launcher.stderr.close()
             self.launcher_stderr = " ".join(lines[-1:])[-_STDERR_TAIL:]
         if self.op_cgroup_fd >= 0:
             os.close(self.op_cgroup_fd)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from executor.cli import main
+from executor.cli.main import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

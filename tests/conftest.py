@@ -27,7 +27,7 @@ SUITE_TMP_PREFIX = "casebox-suite-"
 
 def pytest_configure(config):
     """Give this run a temporary directory of its own (sticky and world-writable like /tmp, since some tests
-    run casebox as another user), inside the one it was given: the staging directories, pytest's tmp_path and
+    run casebox as another user), inside the one it was given: the scratch directories, pytest's tmp_path and
     everything the CLI makes in TMPDIR are this suite's alone, so a listing of it never sees another suite
     (or another casebox) on the same machine, and `stage recover --all` never touches theirs."""
     private = tempfile.mkdtemp(prefix=SUITE_TMP_PREFIX)

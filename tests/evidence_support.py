@@ -16,9 +16,9 @@ import json
 import os
 import pathlib
 
-from executor.junit import READ, JunitCounts, PytestEvidence, evidence_from_bytes
+from executor.evidence.junit import READ, JunitCounts, PytestEvidence, evidence_from_bytes
 from executor.plan import Plan
-from executor.receipts import (
+from executor.evidence.receipts import (
     OP_REAPER,
     OP_ROLE,
     SHIPPED_FILTER_DIGESTS,

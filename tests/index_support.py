@@ -19,8 +19,8 @@ import shutil
 import socket
 import threading
 
-from executor.manifest import wheel_project
-from executor.simpleindex import USER_AGENT
+from executor.transport.manifest import wheel_project
+from executor.deps.simpleindex import USER_AGENT
 
 
 def build_simple(source: pathlib.Path, target: pathlib.Path, *, stated: dict[str, str] | None = None,

@@ -15,7 +15,7 @@ import pathlib
 import shutil
 from typing import Callable
 
-from executor.runtime import Installer, Runtime
+from executor.cases.runtime import Installer, Runtime
 from launcher.protocol import MESSAGES
 from steward.api import Opened, OpNotStarted, OpOutcome, OpResult, Ready, Sealed
 from steward.failure import SandboxFailure

@@ -12,12 +12,12 @@ from journal.files import JOURNAL_NAME
 from journal.format import Kind
 from journal.reader import Reading, read_journal
 from journal.seal import seal_from_bytes
-from steward import attempts
+from steward import helperattempts
 from steward.session import Settings, Steward
 
 TRUE = ["/usr/bin/true"]
 ENV = {"PATH": "/usr/bin:/bin"}
-FAST = attempts.Timing(response_seconds=10.0, exit_seconds=5.0, kill_seconds=5.0)
+FAST = helperattempts.Timing(response_seconds=10.0, exit_seconds=5.0, kill_seconds=5.0)
 
 
 def accept_all(fd: int, name: str) -> None:

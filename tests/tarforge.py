@@ -1,6 +1,6 @@
 """The tests' own ustar forge: any header, hostile or not, built by hand from the field table.
 
-It shares no code with executor/ustar.py, so a mistake in the casebox encoder
+It shares no code with executor/transport/ustar.py, so a mistake in the casebox encoder
 is not mirrored here. Defaults are the closed profile's fixed values; every
 field can be overridden with raw bytes.
 """

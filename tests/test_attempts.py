@@ -16,8 +16,8 @@ import pytest
 from journal.errors import Refused
 from journal.reader import Verdict, read_journal
 from journal.writer import JournalWriter
-from steward import attempts, documents
-from steward.attempts import Attempt, Observation, Timing, classify, may_follow, projection
+from steward import documents, helperattempts
+from steward.helperattempts import Attempt, Observation, Timing, classify, may_follow, projection
 from steward.helper import Request, Response
 
 STAGE = "s-1"
@@ -68,9 +68,9 @@ def test_only_missing_permits_a_successor():
 def test_no_response_projects_zero_progress_and_an_accepted_one_is_copied():
     """C6: every no-response branch records zero progress; an accepted UNVERIFIED response is copied unchanged."""
     failed = Attempt(1, "NONZERO", "0" * 64, GOOD.encode(), None, 256)
-    assert projection([failed]) == attempts.Progress(False, 0, 0, None, None, "no accepted helper response (last attempt: NONZERO)")
+    assert projection([failed]) == helperattempts.Progress(False, 0, 0, None, None, "no accepted helper response (last attempt: NONZERO)")
     accepted = Attempt(1, "UNVERIFIED", "0" * 64, UNVERIFIED.encode(), UNVERIFIED, 0)
-    assert projection([accepted]) == attempts.Progress(True, 3, 0, 1, 0, "1 process remains")
+    assert projection([accepted]) == helperattempts.Progress(True, 3, 0, 1, 0, "1 process remains")
 
 
 def test_the_response_round_trips_and_refuses_a_foreign_stage():
@@ -125,14 +125,14 @@ def journal(tmp_path):
     os.close(fd)
 
 
-def _runner(tmp_path, journal, behaviour: str, timing: Timing = TIMING) -> attempts.HelperRunner:
+def _runner(tmp_path, journal, behaviour: str, timing: Timing = TIMING) -> helperattempts.HelperRunner:
     writer, documents_fd, _ = journal
     script = tmp_path / f"{behaviour}.py"
     script.write_text(SCRIPT.format(
         response=GOOD.encode(), counter=str(tmp_path / "count"), requests=str(tmp_path / "requests"),
         behaviour=HELPERS[behaviour],
     ))
-    return attempts.HelperRunner(
+    return helperattempts.HelperRunner(
         writer, documents_fd=documents_fd, shown="documents", reaper="steward", timing=timing,
         command=(sys.executable, "-I", str(script)),
     )
@@ -168,7 +168,7 @@ def test_a_missing_attempt_gets_a_successor_only_after_it_is_reaped(tmp_path, jo
 
 def test_missing_attempts_stop_at_the_cap(tmp_path, journal):
     done = _runner(tmp_path, journal, "slow").run(REQUEST)
-    assert [attempt.outcome for attempt in done] == ["MISSING"] * attempts.MAX_ATTEMPTS
+    assert [attempt.outcome for attempt in done] == ["MISSING"] * helperattempts.MAX_ATTEMPTS
     assert projection(done).accepted is False
 
 

@@ -8,8 +8,8 @@ import pathlib
 
 import tarforge
 from casebox_cli import run
-from executor import bundle
-from executor.cli import main
+from executor.transport import bundle
+from executor.cli.main import main
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN_BUNDLE = REPO / "golden" / "transport" / "candidate.tar"

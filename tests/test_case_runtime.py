@@ -18,8 +18,8 @@ import pytest
 from test_hostile_candidates import calc, status, verify
 from test_verify import EXAMPLES, value
 
-from executor import runtime
-from executor.commands.demo import DESIGNED, DESIGNED_VERDICT
+from executor.cases import runtime
+from executor.cli.commands.demo import DESIGNED, DESIGNED_VERDICT
 from journal.errors import Refused
 
 PYENV = "/root/.pyenv/versions"
@@ -190,7 +190,7 @@ def test_a_runtime_changed_during_the_attempt_makes_it_unverified(world, casebox
     """Issue 18: the runtime's tree is listed again before the stage retires; a file added to its lib while the
     case runs makes the attempt UNVERIFIED (its receipts are not exported), whatever the case did. Without the
     check the honest case is PASS."""
-    from executor import pack
+    from executor.transport import pack
 
     base, config = world
     interpreter = copied_runtime("3.12", base / "changed" / "python")

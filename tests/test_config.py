@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from executor import config
-from executor.config import Config
+from executor.cli import config
+from executor.cli.config import Config
 from journal.errors import Refused
 
 EXAMPLE_PLAN = "examples/plan.json"

@@ -21,10 +21,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from executor import pack, wheelbuild
+from executor.transport import pack, wheelbuild
 from executor.capability import open_capability
 from executor.plan import plan_from_bytes
-from executor.wheelbuild import build_demo, build_wheel
+from executor.transport.wheelbuild import build_demo, build_wheel
 from journal.errors import Refused
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -375,9 +375,9 @@ def test_the_workflow_crosses_python_versions_with_the_shards_one_attempt_and_on
 
 
 def test_the_workflow_uploads_each_case_s_output_under_the_names_casebox_publishes():
-    """Issue 13: the output artifact's globs match the published output files (executor.receipts.OUTPUTS), and
+    """Issue 13: the output artifact's globs match the published output files (executor.evidence.receipts.OUTPUTS), and
     verify under sudo keeps the variables the job summary and the annotations need."""
-    from executor.receipts import OUTPUTS
+    from executor.evidence.receipts import OUTPUTS
 
     text = WORKFLOW.read_text()
     block = text[text.index("name: output-${{ steps.name.outputs.artifact }}"):]

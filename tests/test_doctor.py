@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 
-from executor import VERSION, doctor
-from executor.cli import main
+from executor import VERSION
+from executor.cli import doctor
+from executor.cli.main import main
 
 CHECKS = [
     "root", "open_tree", "mount_setattr", "pidfd_open", "memfd_seals", "renameat2", "namespaces", "dedicated_ids",
@@ -77,7 +78,7 @@ def test_a_failed_required_check_exits_1_with_what_to_do(capsys, sandbox_ids, tm
 
 def test_without_root_the_root_check_says_sudo_with_the_caller_s_config(capsys, monkeypatch):
     """Issue 13: the suggested command is the caller's own command line under sudo, --config and all."""
-    from executor import frontend
+    from executor.cli import frontend
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setattr(frontend, "_invocation", ["--config", "/srv/my casebox.toml", "doctor"])

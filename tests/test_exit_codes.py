@@ -16,7 +16,7 @@ import tarforge
 from evidence_support import ATTEMPT, BUNDLE, DESIGNED_RUNS, build_attempt
 from test_journal_cli import interpreter_for
 
-from executor.cli import main
+from executor.cli.main import main
 from executor.plan import plan_from_bytes
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ def test_a_bundle_without_end_of_archive_blocks_is_refused(tmp_path, casebox):
 def as_user(sandbox_ids, *argv: str) -> subprocess.CompletedProcess:
     uid, gid = sandbox_ids
     python = interpreter_for(uid, gid)
-    program = f"import sys; sys.path.insert(0, {str(REPO)!r}); from executor.cli import main; sys.exit(main(sys.argv[1:]))"
+    program = f"import sys; sys.path.insert(0, {str(REPO)!r}); from executor.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([python, "-I", "-c", program, *argv], capture_output=True, text=True, cwd="/", user=uid,
                           group=gid, extra_groups=[], timeout=60)
 
@@ -142,10 +142,10 @@ def test_an_output_that_cannot_be_created_is_refused_naming_it(sandbox_ids, read
 
 
 def test_the_readme_exit_table_is_the_one_rule(repo):
-    """Docs move with code: README.md's exit table lists exactly the codes executor/frontend.py answers with."""
+    """Docs move with code: README.md's exit table lists exactly the codes executor/cli/frontend.py answers with."""
     import re
 
-    from executor import frontend
+    from executor.cli import frontend
 
     text = (repo / "README.md").read_text()
     section = text[text.index("## Exit codes"):text.index("## In CI")]

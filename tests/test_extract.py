@@ -13,7 +13,7 @@ import tempfile
 import pytest
 
 import tarforge
-from executor import bundle, extract, identity
+from executor.transport import bundle, extract, identity
 from journal.errors import Refused
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -166,7 +166,7 @@ def sandbox_copy() -> pathlib.Path:
 
 
 RUNNER = (
-    "import sys; sys.path[:0] = [sys.argv[1]]; from executor.extract import main; code = main(sys.argv[2:]); "
+    "import sys; sys.path[:0] = [sys.argv[1]]; from executor.transport.extract import main; code = main(sys.argv[2:]); "
     "print(sorted(m for m in sys.modules if m.split('.')[0] in ('executor', 'journal', 'launcher', 'steward')), file=sys.stderr) if code == 0 else None; "
     "sys.exit(code)"
 )

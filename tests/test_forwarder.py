@@ -260,7 +260,7 @@ def test_an_allowed_file_host_whose_real_name_resolves_to_loopback_is_refused(in
 def test_the_resolver_looks_for_the_forwarder_s_own_mark():
     """The resolver reads the forwarder's answers out of pip's log by the mark every one of them carries; the two
     sides (the resolver runs in a sandbox and cannot import the steward) name the same mark."""
-    from executor.resolver import FORWARDER_MARK
+    from executor.deps.resolver import FORWARDER_MARK
     from steward.forwarder import MARK
 
     assert FORWARDER_MARK == MARK

@@ -9,16 +9,17 @@ import sys
 
 import pytest
 
-from executor import cli
-from executor.frontend import InternalFailure, read_capped, run_command
+from executor.cli import main
+from executor.cli.frontend import InternalFailure, run_command
+from executor.inputs import read_capped
 from journal.errors import Refused
 
 REPO_EXAMPLE = "examples/plan.json"
 # Runs the real CLI in a child with one fault injected: checking a plan raises ZeroDivisionError.
 FAULTY_CLI = (
-    "import sys, executor.commands.plan as plan;"
+    "import sys, executor.cli.commands.plan as plan;"
     "plan.load_plan = lambda path: 1 // 0;"
-    "from executor.cli import main; sys.exit(main())"
+    "from executor.cli.main import main; sys.exit(main())"
 )
 
 
@@ -223,19 +224,19 @@ def test_the_readme_command_table_matches_every_commands_options(repo):
         match = re.match(r"\| `casebox ([a-z ]+?)(?= [A-Z\[-]|`)(.*?)` \|", line)
         if match:
             rows[match.group(1)] = set(re.findall(r"--[a-z][a-z0-9-]*", match.group(2)))
-    commands = dict(_commands(cli.build_parser()))
+    commands = dict(_commands(main.build_parser()))
     assert set(rows) == set(commands)
     for command, options in commands.items():
         assert rows[command] == options, command
 
 
 def test_a_command_imports_only_its_own_module(monkeypatch):
-    """casebox NAME imports executor.commands.NAME alone; help and unknown names see every command."""
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("executor.commands.plan", "executor.commands.absent_for_test"))
-    assert cli._modules_for(["--config", "x.toml", "plan", "check", "p.json"]) == ["executor.commands.plan"]
-    assert cli._modules_for(["--config", "plan", "absent_for_test"]) == ["executor.commands.absent_for_test"]
-    assert cli._modules_for(["--help"]) == cli.COMMAND_MODULES
-    assert cli._modules_for(["nonesuch"]) == cli.COMMAND_MODULES
+    """casebox NAME imports executor.cli.commands.NAME alone; help and unknown names see every command."""
+    monkeypatch.setattr(main, "COMMAND_MODULES", ("executor.cli.commands.plan", "executor.cli.commands.absent_for_test"))
+    assert main._modules_for(["--config", "x.toml", "plan", "check", "p.json"]) == ["executor.cli.commands.plan"]
+    assert main._modules_for(["--config", "plan", "absent_for_test"]) == ["executor.cli.commands.absent_for_test"]
+    assert main._modules_for(["--help"]) == main.COMMAND_MODULES
+    assert main._modules_for(["nonesuch"]) == main.COMMAND_MODULES
 
 
 # Modules that `casebox plan check` must not import: pyroute2 alone costs ~170 ms,

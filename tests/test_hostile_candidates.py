@@ -22,9 +22,9 @@ import pytest
 from test_verify import EXAMPLES, value
 from wheelforge import wheel
 
-from executor import pack
-from executor.caseservice import RUNNER_PATH, SITE_PATH, search_path
-from executor.runtime import inspect
+from executor.transport import pack
+from executor.cases.service import RUNNER_PATH, SITE_PATH, search_path
+from executor.cases.runtime import inspect
 from plan_support import case as case_doc
 
 pytestmark = pytest.mark.root

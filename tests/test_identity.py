@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import tarforge
-from executor import bundle, identity, ustar
+from executor.transport import bundle, identity, ustar
 from journal.errors import Refused
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

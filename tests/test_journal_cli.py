@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from evidence_support import Run, Stage
 from executor import VERSION
-from executor.cli import main
+from executor.cli.main import main
 from journal.format import CAP, MAX_PAYLOAD, RESERVE_START, Kind, sandbox_of
 from journal.reader import Verdict, read_journal
 from journal.strictjson import canonical
@@ -556,7 +556,7 @@ def test_verify_runs_unprivileged(sandbox_ids):
         os.chmod(directory, 0o755)
         shutil.copy(GOLDEN / "every_kind.bin", os.path.join(directory, "journal"))
         os.chmod(os.path.join(directory, "journal"), 0o644)
-        program = f"import sys; sys.path.insert(0, {str(REPO)!r}); from executor.cli import main; sys.exit(main(sys.argv[1:]))"
+        program = f"import sys; sys.path.insert(0, {str(REPO)!r}); from executor.cli.main import main; sys.exit(main(sys.argv[1:]))"
         result = subprocess.run(
             [python, "-I", "-c", program, "journal", "verify", "--json", directory],
             capture_output=True, text=True, cwd="/", user=uid, group=gid, extra_groups=[], timeout=60,

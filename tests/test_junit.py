@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from executor import junit
-from executor.junit import (
+from executor.evidence import junit
+from executor.evidence.junit import (
     REPORT_MAX_BYTES,
     JunitCounts,
     PytestEvidence,

@@ -9,7 +9,7 @@ import os
 import pytest
 
 import tarforge
-from executor import bundle, manifest, ustar
+from executor.transport import bundle, manifest, ustar
 from journal.errors import Refused
 
 DIGEST = hashlib.sha256(b"wheel bytes\n").hexdigest()

@@ -23,15 +23,16 @@ from plan_support import case as case_doc
 from test_forwarder import forwarding
 from test_resolver import failure, leaves
 from sandbox_support import mount_table, processes_of
-from test_verify import EXAMPLES, packed, staging_dirs, table, value
+from test_verify import EXAMPLES, packed, scratch_dirs, table, value
 from wheelforge import wheel
 
-from executor import inside, pack
+from executor import inside
+from executor.transport import pack
 from executor.environ import SANDBOX_ENV
-from executor.ownership import CASE_SERVICE, Gate, OwnershipError
-from executor.preparer import PIP_ENV, Dependencies, Preparer
-from executor.resolverproto import Pin, acks_bytes, leaf
-from executor.staging import Staging
+from executor.cases.ownership import CASE_SERVICE, Gate, OwnershipError
+from executor.deps.preparer import PIP_ENV, Dependencies, Preparer
+from executor.deps.protocol import Pin, acks_bytes, leaf
+from executor.scratch import Scratch
 from journal.errors import Refused
 from journal.files import JOURNAL_NAME
 from journal.format import Kind, networked_op
@@ -219,15 +220,15 @@ def test_only_the_resolve_and_fetch_sandboxes_get_the_index_network_and_never_th
         return outcome()
 
     session = FakeSession(tmp_path / "s", answer)
-    staging = Staging()
+    scratch = Scratch()
     try:
         preparer = Preparer(
-            Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=None, index_url="http://127.0.0.1:8080/simple/",
+            Gate(session), session, scratch=scratch, runtime=RUNTIME, index_fd=None, index_url="http://127.0.0.1:8080/simple/",
             progress=lambda line: None,
         )
         result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=[], candidate={"demo-app": "1.0"})
     finally:
-        staging.close()
+        scratch.close()
         session.release()
     assert isinstance(result, Dependencies) and result.files("candidate") == (LIB,)
     resolve, fetched = session.ops
@@ -475,7 +476,7 @@ def url_attempt(world, casebox):
     home = work / "home"
     home.mkdir()
     before = mount_table(str(base))
-    staged = staging_dirs()
+    staged = scratch_dirs()
     with IndexServer(web) as server, IndexServer(trap_root) as trap:
         verifier = work / "verifier"
         shutil.copytree(EXAMPLES / "verifier", verifier)
@@ -527,7 +528,7 @@ def test_no_token_proxy_or_pip_setting_of_the_parent_reaches_the_index(url_attem
 @pytest.mark.root
 def test_only_the_resolver_and_fetch_sandboxes_had_the_network_and_the_attempt_cleaned_up(url_attempt, world, sandbox_ids, casebox):
     """S9, C4, C5: in the sealed journal only two sandboxes are -net, and no receipt names one; nothing of the
-    dedicated UID runs, no mount or staging remains, and the tombstone's journal is VALID."""
+    dedicated UID runs, no mount or scratch remains, and the tombstone's journal is VALID."""
     result, _, _, before, staged, _ = url_attempt
     stdout = result.stdout.decode()
     evidence = pathlib.Path(value(stdout, "evidence"))
@@ -543,7 +544,7 @@ def test_only_the_resolver_and_fetch_sandboxes_had_the_network_and_the_attempt_c
     assert casebox("journal", "verify", str(pathlib.Path(value(stdout, "tombstone")) / JOURNAL_NAME)).returncode == 0
     base, _ = world
     assert processes_of(*sandbox_ids) == []
-    assert mount_table(str(base)) == before and staging_dirs() <= staged
+    assert mount_table(str(base)) == before and scratch_dirs() <= staged
 
 
 def unresolved_notes(result) -> str:

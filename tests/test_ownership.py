@@ -8,7 +8,7 @@ import os
 import pytest
 from pipeline_support import HEAD, FakeSession
 
-from executor.ownership import (
+from executor.cases.ownership import (
     CASE_SERVICE,
     PREPARER,
     DirectoryCapability,
@@ -152,7 +152,7 @@ def test_each_start_right_is_given_once():
 def test_an_infrastructure_op_that_never_started_is_a_failure_saying_so():
     """C1, fail closed: an op whose child failed before exec (it has no limit class and no exit code) is a
     failure of the step that ran it, named with its failing step and errno, never read as success."""
-    from executor.ownership import failure_of
+    from executor.cases.ownership import failure_of
     from pipeline_support import outcome
 
     assert failure_of(outcome(started=False, wait_status=127 << 8)) == "the op did not start (execve failed with errno 2)"

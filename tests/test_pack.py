@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-from executor import pack, ustar
+from executor.transport import pack, ustar
 from casebox_cli import run
 from journal.errors import Refused
 

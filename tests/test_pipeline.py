@@ -10,8 +10,8 @@ import pathlib
 import pytest
 from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
 
-from executor import pack
-from executor.caseservice import (
+from executor.transport import pack
+from executor.cases.service import (
     RUNNER_BOOT,
     RUNNER_PATH,
     SITE_PATH,
@@ -23,15 +23,15 @@ from executor.caseservice import (
     case_env,
     check_materializable,
 )
-from executor.evaluate import outcome_status
-from executor.junit import MISSING, READ
-from executor.ownership import Gate, OwnershipError
+from executor.evidence.evaluate import outcome_status
+from executor.evidence.junit import MISSING, READ
+from executor.cases.ownership import Gate, OwnershipError
 
-from executor.preparer import Dependencies, Preparer, Unresolved
-from executor.receipts import STEP_DEPENDENCIES, STEP_INSTALL, STEP_RUNNER, receipt_from_bytes
-from executor.reporting import Progress
-from executor.resolverproto import acks_from_bytes, leaf
-from executor.staging import Staging
+from executor.deps.preparer import Dependencies, Preparer, Unresolved
+from executor.evidence.receipts import STEP_DEPENDENCIES, STEP_INSTALL, STEP_RUNNER, receipt_from_bytes
+from executor.cli.reporting import Progress
+from executor.deps.protocol import acks_from_bytes, leaf
+from executor.scratch import Scratch
 from journal.errors import Refused
 from plan_support import case as case_doc
 from plan_support import plan as make_plan
@@ -48,8 +48,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def staging():
-    place = Staging()
+def scratch():
+    place = Scratch()
     yield place
     place.close()
 
@@ -257,7 +257,7 @@ PIN = pin()
 END = leaf("END", 2, pins=1)
 
 
-def prepare(tmp_path, staging, index, resolve_stdout: bytes, fetched: dict[str, bytes] | None = None):
+def prepare(tmp_path, scratch, index, resolve_stdout: bytes, fetched: dict[str, bytes] | None = None):
     def answer(op):
         if "resolve" in op.argv:
             return outcome(stdout=resolve_stdout)
@@ -266,21 +266,21 @@ def prepare(tmp_path, staging, index, resolve_stdout: bytes, fetched: dict[str, 
         return outcome()
 
     session = FakeSession(tmp_path / "s", answer)
-    preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
+    preparer = Preparer(Gate(session), session, scratch=scratch, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
     result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=["pytest"], candidate={"demo-app": "1.0"})
     session.release()
     return result, session
 
 
-def test_accepted_pins_are_fetched_and_sealed(tmp_path, staging, index):
+def test_accepted_pins_are_fetched_and_sealed(tmp_path, scratch, index):
     """Step 4: the ACKed pins become the fetch op's capability; the sealed output holds exactly them."""
-    result, session = prepare(tmp_path, staging, index, BEGIN + PIN + END, {"lib-1.0-py3-none-any.whl": b"lib wheel bytes"})
+    result, session = prepare(tmp_path, scratch, index, BEGIN + PIN + END, {"lib-1.0-py3-none-any.whl": b"lib wheel bytes"})
     assert isinstance(result, Dependencies) and result.files("candidate") == ("lib-1.0-py3-none-any.whl",)
     assert result.files("runner") == () and result.modules == {"demo-app": ("demo_app",)}
     fetch = session.ops[1]
     assert fetch.read == ["tools", "request", "pins", "index"] and fetch.write == ["deps"]
     assert fetch.argv[6:] == ["fetch", "/cap/pins/pins.json", "/out/deps", "/cap/index", f"/cap/request/{RUNTIME.installer.file}", "-"]
-    with open(os.path.join(staging.path, "pins", "pins.json"), "rb") as acks:
+    with open(os.path.join(scratch.path, "pins", "pins.json"), "rb") as acks:
         assert [(found.tree, found.file, found.sha256) for found in acks_from_bytes(acks.read())] == [("candidate", "lib-1.0-py3-none-any.whl", LIB_SHA)]
 
 
@@ -292,11 +292,11 @@ def test_accepted_pins_are_fetched_and_sealed(tmp_path, staging, index):
         (begin("demo_app", "argparse") + leaf("END", 1, pins=0), "candidate_shadows_stdlib", "argparse"),
     ],
 )
-def test_a_candidate_that_stands_in_for_the_runner_or_the_stdlib_is_refused_before_any_fetch(tmp_path, staging, index, answer, code, named):
+def test_a_candidate_that_stands_in_for_the_runner_or_the_stdlib_is_refused_before_any_fetch(tmp_path, scratch, index, answer, code, named):
     """E7: a candidate project the runner's closure holds, or a candidate module named like a stdlib module,
     ends the attempt UNVERIFIED with the code; nothing is fetched or installed."""
     (index[0] / "demo_app-1.0-py3-none-any.whl").write_bytes(b"lib wheel bytes")
-    result, session = prepare(tmp_path, staging, index, answer)
+    result, session = prepare(tmp_path, scratch, index, answer)
     assert isinstance(result, Unresolved) and result.code == code and named in result.sentence
     assert len(session.ops) == 1
 
@@ -310,9 +310,9 @@ def test_a_candidate_that_stands_in_for_the_runner_or_the_stdlib_is_refused_befo
         (BEGIN + PIN.replace(LIB_SHA.encode(), b"e" * 64) + END, "hash_mismatch"),
     ],
 )
-def test_a_refused_answer_leaves_the_dependencies_unresolved(tmp_path, staging, index, stdout, code):
+def test_a_refused_answer_leaves_the_dependencies_unresolved(tmp_path, scratch, index, stdout, code):
     """Step 4: unknown, out of order, extra, or a wheel whose hash differs: resolution fails, nothing is fetched."""
-    result, session = prepare(tmp_path, staging, index, stdout)
+    result, session = prepare(tmp_path, scratch, index, stdout)
     assert isinstance(result, Unresolved) and result.code == code
     assert result.sealed is not None and len(session.ops) == 1
 
@@ -320,24 +320,24 @@ def test_a_refused_answer_leaves_the_dependencies_unresolved(tmp_path, staging, 
 @pytest.mark.parametrize(
     "fetched", [{}, {"lib-1.0-py3-none-any.whl": b"other bytes"}, {"lib-1.0-py3-none-any.whl": b"lib wheel bytes", "extra.whl": b"x"}]
 )
-def test_fetched_wheels_must_be_exactly_the_acked_ones(tmp_path, staging, index, fetched):
+def test_fetched_wheels_must_be_exactly_the_acked_ones(tmp_path, scratch, index, fetched):
     """Step 4: the sealed bundle holds the ACKed wheels with the ACKed hashes, and nothing else."""
-    result, _ = prepare(tmp_path, staging, index, BEGIN + PIN + END, fetched)
+    result, _ = prepare(tmp_path, scratch, index, BEGIN + PIN + END, fetched)
     assert isinstance(result, Unresolved) and result.code == "fetched_mismatch"
 
 
-def test_a_resolver_that_fails_leaves_the_dependencies_unresolved(tmp_path, staging, index):
+def test_a_resolver_that_fails_leaves_the_dependencies_unresolved(tmp_path, scratch, index):
     def answer(op):
         return outcome(limit="EXIT_NONZERO", wait_status=1 << 8)
 
     session = FakeSession(tmp_path / "s", answer)
-    preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
+    preparer = Preparer(Gate(session), session, scratch=scratch, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
     result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=[], candidate={"demo-app": "1.0"})
     session.release()
     assert isinstance(result, Unresolved) and result.code == "resolver_failed"
 
 
-def test_a_resolver_output_cut_by_its_cap_is_never_accepted(tmp_path, staging, index):
+def test_a_resolver_output_cut_by_its_cap_is_never_accepted(tmp_path, scratch, index):
     """Step 4: an answer cut by the output cap may look complete; it is refused as incomplete."""
 
     def answer(op):
@@ -345,13 +345,13 @@ def test_a_resolver_output_cut_by_its_cap_is_never_accepted(tmp_path, staging, i
         return dataclasses.replace(whole, observation=dataclasses.replace(whole.observation, stdout_truncated=True))
 
     session = FakeSession(tmp_path / "s", answer)
-    preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
+    preparer = Preparer(Gate(session), session, scratch=scratch, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
     result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=[], candidate={"demo-app": "1.0"})
     session.release()
     assert isinstance(result, Unresolved) and result.code == "incomplete"
 
 
-def test_a_fetch_that_fails_leaves_the_dependencies_unresolved(tmp_path, staging, index):
+def test_a_fetch_that_fails_leaves_the_dependencies_unresolved(tmp_path, scratch, index):
     """Step 4: a fetch op ending nonzero is fetch_failed, named as such, never read as an empty fetch."""
 
     def answer(op):
@@ -360,7 +360,7 @@ def test_a_fetch_that_fails_leaves_the_dependencies_unresolved(tmp_path, staging
         return outcome(limit="EXIT_NONZERO", wait_status=1 << 8)
 
     session = FakeSession(tmp_path / "s", answer)
-    preparer = Preparer(Gate(session), session, staging=staging, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
+    preparer = Preparer(Gate(session), session, scratch=scratch, runtime=RUNTIME, index_fd=index[1], progress=lambda line: None)
     result = preparer.prepare(plan_digest=BINDING.plan_digest, runner=[], candidate={"demo-app": "1.0"})
     session.release()
     assert isinstance(result, Unresolved) and result.code == "fetch_failed" and "EXIT_NONZERO" in result.sentence
@@ -373,7 +373,7 @@ def test_a_shard_is_judged_on_its_own_cases(tmp_path):
     """verify --shard evaluates its own stage: the other shards' cases are not missing from it."""
     from evidence_support import ATTEMPT, BUNDLE, DESIGNED_RUNS, DESIGNED_STATUS, build_attempt
 
-    from executor.evaluate import Expected, evaluate
+    from executor.evidence.evaluate import Expected, evaluate
     from executor.plan import plan_from_bytes
     from executor.shard import cases_for_shard
 
@@ -391,10 +391,10 @@ def test_a_shard_is_judged_on_its_own_cases(tmp_path):
 
 def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(tmp_path, monkeypatch):
     """C5 for the client: a session that cannot go on is still cleaned up and retired (abandoned), never left open."""
-    import executor.verify as verification
-    from executor.config import Config
-    from executor.frontend import InternalFailure
-    from executor.verify import Attempt, verify
+    import executor.attempt as verification
+    from executor.cli.config import Config
+    from executor.cli.frontend import InternalFailure
+    from executor.attempt import Attempt, run_attempt
     from steward.failure import SandboxFailure
 
     session = FakeSession(tmp_path / "s")
@@ -416,7 +416,7 @@ def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(t
         index=str(REPO / "examples" / "index"),
     )
     with pytest.raises(InternalFailure, match="^the host refused the output mount$"):
-        verify(Config(state_root=str(tmp_path / "state")), request, progress=Progress(quiet=True))
+        run_attempt(Config(state_root=str(tmp_path / "state")), request, progress=Progress(quiet=True))
     assert calls == ["abandon"] and not (tmp_path / "evidence").exists()
     assert set(session.capabilities) == {"verifier", "index", "bundle", "tools"}
     session.release()
@@ -427,8 +427,8 @@ def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(t
 
 def test_the_identity_digest_is_recomputed_from_the_sealed_extraction(tmp_path):
     """T3, T5: the trusted side hashes the sealed files as data; the digest is the bundle's own identity."""
-    from executor import bundle as bundles
-    from executor.ustar import TOP
+    from executor.transport import bundle as bundles
+    from executor.transport.ustar import TOP
 
     bundle = pack.build([("demo_app-1.0-py3-none-any.whl", wheel_bytes())])
     path = tmp_path / "candidate.tar"
@@ -469,7 +469,7 @@ def test_a_refused_bundle_blocks_every_case(tmp_path):
 def test_a_sealed_extraction_holding_a_file_that_is_no_wheel_blocks_every_case(tmp_path):
     """T6: the wheels are named by the sealed files; one that is not a valid wheel file name blocks the
     cases instead of reaching the resolver or an install."""
-    from executor.ustar import TOP
+    from executor.transport.ustar import TOP
 
     def answer(op):
         (op.outputs["candidate"] / TOP).mkdir()
@@ -505,7 +505,7 @@ def _installed(outputs: dict[str, dict[str, str]]):
 def test_the_runner_and_the_candidate_are_installed_and_sealed_apart(tmp_path):
     """E7: two installs, two sealed trees; the runner from its own pins only, the candidate from its wheels and
     its pins; the runner's tree is never writable while the candidate's wheels are installed."""
-    from executor.resolverproto import Pin
+    from executor.deps.protocol import Pin
 
     pins = (Pin(1, "runner", "pytest", "8.3.5", "pytest-8.3.5-py3-none-any.whl", LIB_SHA, "u"),
             Pin(2, "candidate", "lib", "1.0", "lib-1.0-py3-none-any.whl", LIB_SHA, "u"))

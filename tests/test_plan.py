@@ -312,7 +312,7 @@ def test_a_v1_plan_is_a_v2_plan_whose_runner_is_pytest(repo):
 
 def test_the_default_limits_are_the_sandbox_s_own():
     """One source of each default: a case without limits gets exactly the sandbox's defaults (steward.api.Limits)."""
-    from executor.caseservice import case_limits
+    from executor.cases.service import case_limits
     from executor.plan import LIMIT_BOUNDS
     from steward.api import Limits
 
@@ -325,10 +325,11 @@ def test_the_default_limits_are_the_sandbox_s_own():
 
 def test_the_reserved_mount_names_are_every_name_the_pipeline_hands_in():
     """The verifier's mount may not take a capability name casebox uses itself (one list, checked here)."""
-    from executor import caseservice, preparer
+    from executor.cases import service
+    from executor.deps import preparer
     from executor.plan import RESERVED_MOUNTS
 
-    used = {caseservice.CANDIDATE, caseservice.SITE, caseservice.RUNNER, preparer.DEPS, preparer.REQUEST, preparer.PINS}
+    used = {service.CANDIDATE, service.SITE, service.RUNNER, preparer.DEPS, preparer.REQUEST, preparer.PINS}
     assert used | {"bundle", "tools", "index"} == set(RESERVED_MOUNTS)
 
 

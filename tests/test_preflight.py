@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from executor import preflight, ustar
+from executor.transport import preflight, ustar
 from casebox_cli import run
 from journal.errors import Refused
 
@@ -51,9 +51,9 @@ def test_preflight_never_parses_the_archive(tmp_path, capsys):
 
 def test_the_preflight_module_loads_no_reader():
     """T3: the trusted preflight's module imports no tar reader, manifest or wheel code."""
-    probe = "import sys, executor.preflight; print(sorted(m for m in sys.modules if m.startswith('executor')))"
+    probe = "import sys, executor.transport.preflight; print(sorted(m for m in sys.modules if m.startswith('executor')))"
     result = subprocess.run([sys.executable, "-I", "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
-    assert eval(result.stdout) == ["executor", "executor.frontend", "executor.preflight", "executor.ustar"]
+    assert eval(result.stdout) == ["executor", "executor.inputs", "executor.transport", "executor.transport.preflight", "executor.transport.ustar"]
 
 
 def test_sha256_mismatch_exits_64(tmp_path, capsys):

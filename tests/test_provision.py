@@ -168,7 +168,7 @@ def test_a_second_link_is_refused(staging, tmp_path):
 @root
 @pytest.mark.parametrize("mode", [0o770, 0o702, 0o750])
 def test_a_staging_directory_open_to_group_or_other_is_refused(tmp_path, mode):
-    """S1: the staging directory is root-owned 0700."""
+    """S1: the scratch directory is root-owned 0700."""
     state = tmp_path / "state"
     (state / "staging").mkdir(parents=True, mode=0o700)
     os.chmod(state, 0o700)

@@ -1,4 +1,4 @@
-"""Receipts and seal markers (executor/receipts.py, journal/seal.py, docs/receipts.md): closed canonical JSON, create-once."""
+"""Receipts and seal markers (executor/evidence/receipts.py, journal/seal.py, docs/receipts.md): closed canonical JSON, create-once."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from executor.junit import JunitCounts, PytestEvidence
-from executor.receipts import (
+from executor.evidence.junit import JunitCounts, PytestEvidence
+from executor.evidence.receipts import (
     OUTPUT_EDGE_BYTES,
     SHIPPED_FILTER_DIGESTS,
     Binding,
@@ -323,7 +323,7 @@ def test_the_receipt_binds_each_published_file_and_a_short_stream_twice():
 
 def test_a_report_too_large_to_publish_is_counted_but_not_published():
     """The junit report is published whole or not at all; its counts stand either way."""
-    from executor.receipts import PUBLISHED_JUNIT_MAX_BYTES
+    from executor.evidence.receipts import PUBLISHED_JUNIT_MAX_BYTES
     from steward import api, wire
 
     assert PUBLISHED_JUNIT_MAX_BYTES <= api.MAX_EVIDENCE_BYTES

@@ -1,4 +1,4 @@
-"""What a CI user and a reviewer see (executor/reporting.py, issue 13): progress, why a case failed, the job
+"""What a CI user and a reviewer see (executor/cli/reporting.py, issue 13): progress, why a case failed, the job
 summary and the annotations, attacked with candidate text that tries to forge a command or break the table."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from casebox_cli import run as run_cli
 from evidence_support import ATTEMPT, BUNDLE, DESIGNED_RUNS, Run, Stage, build_attempt, exited
 
 from executor import VERSION
-from executor.evaluate import Expected, evaluate
-from executor.junit import evidence_from_bytes, failing_tests
+from executor.evidence.evaluate import Expected, evaluate
+from executor.evidence.junit import evidence_from_bytes, failing_tests
 from executor.plan import plan_from_bytes
-from executor.reporting import Progress, annotations, detail_lines, publish_ci, summary_markdown
+from executor.cli.reporting import Progress, annotations, detail_lines, publish_ci, summary_markdown
 from journal.untrusted import escape, markdown_text, workflow_command
 from plan_support import case as case_doc
 from plan_support import plan as make_plan
@@ -207,7 +207,7 @@ def test_progress_counts_every_row_of_the_table_once_n_a_included(tmp_path):
     progress.expect(DEMO_PLAN.cases)
     clock.now = 102.5
     progress("installing")
-    from executor.receipts import receipt_from_bytes
+    from executor.evidence.receipts import receipt_from_bytes
 
     for case in DEMO_PLAN.cases:
         if case.applicable:

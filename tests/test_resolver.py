@@ -1,9 +1,9 @@
-"""The resolver (executor/resolver.py): pip's own resolver, run on the runtime, answering casebox.resolver.v2.
+"""The resolver (executor/deps/resolver.py): pip's own resolver, run on the runtime, answering casebox.resolver.v2.
 
 These tests run the resolver tool as its sandbox runs it (``-I -S -B``, the
 tools directory alone on the path, the installer wheel unpacked on TMPDIR),
 on wheels built here with zipfile, then check its leaves with the preparer's
-:class:`~executor.resolverproto.Acceptor`.
+:class:`~executor.deps.protocol.Acceptor`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import zipfile
 import pytest
 from wheelforge import wheel
 
-from executor import inside, wheelbuild
-from executor.preparer import hash_regular
-from executor.resolver import explain
-from executor.resolverproto import Acceptor, accept, request_bytes
-from executor.runtime import choose_interpreter
+from executor import inside
+from executor.transport import wheelbuild
+from executor.deps.preparer import hash_regular
+from executor.deps.resolver import explain
+from executor.deps.protocol import Acceptor, accept, request_bytes
+from executor.cases.runtime import choose_interpreter
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RUNTIME = choose_interpreter()
@@ -247,7 +248,7 @@ def _zip(path: pathlib.Path, members: dict[str, bytes]) -> str:
 
 def test_a_wheel_must_hold_exactly_one_top_level_metadata(tmp_path):
     """Step 4: METADATA is read from the one top-level *.dist-info/METADATA; none or two leave the wheel unusable."""
-    from executor.resolver import Failure, metadata
+    from executor.deps.resolver import Failure, metadata
 
     meta = b"Metadata-Version: 2.1\nName: lib\nVersion: 1.0\n"
     two = _zip(tmp_path / "two.whl", {"a-1.0.dist-info/METADATA": meta, "b-1.0.dist-info/METADATA": meta})
@@ -260,7 +261,7 @@ def test_a_wheel_must_hold_exactly_one_top_level_metadata(tmp_path):
 
 def test_a_metadata_over_its_cap_is_refused_unread(tmp_path):
     """Step 4, bounded reads: a METADATA past METADATA_MAX_BYTES is refused (at most the cap plus one byte is read)."""
-    from executor.resolver import METADATA_MAX_BYTES, Failure, metadata
+    from executor.deps.resolver import METADATA_MAX_BYTES, Failure, metadata
 
     big = b"Metadata-Version: 2.1\nName: lib\nVersion: 1.0\nSummary: " + b"x" * METADATA_MAX_BYTES + b"\n"
     with pytest.raises(Failure, match=f"METADATA over {METADATA_MAX_BYTES} bytes"):

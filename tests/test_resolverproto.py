@@ -1,10 +1,10 @@
-"""The resolver protocol casebox.resolver.v2 (executor/resolverproto.py): hand-written leaves, each refusal by its code."""
+"""The resolver protocol casebox.resolver.v2 (executor/deps/protocol.py): hand-written leaves, each refusal by its code."""
 
 from __future__ import annotations
 
 import pytest
 
-from executor.resolverproto import (
+from executor.deps.protocol import (
     ABORTS,
     MAX_PINS,
     Abort,

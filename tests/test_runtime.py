@@ -1,4 +1,4 @@
-"""The runtime (executor/runtime.py): an interpreter under /usr, the installer wheel, the runtime inventory digest."""
+"""The runtime (executor/cases/runtime.py): an interpreter under /usr, the installer wheel, the runtime inventory digest."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from executor import runtime
+from executor.cases import runtime
 from journal.errors import Refused
 
 

@@ -426,8 +426,8 @@ def test_the_launcher_refuses_a_rendezvous_peer_that_is_not_its_parent(tmp_path)
 def test_the_starter_refuses_a_peer_that_is_not_its_launcher(tmp_path):
     """S2: the starter checks SO_PEERCRED for the pid it started."""
     sandbox = Sandbox(Spec(2, 2), RecordingLedger(), str(tmp_path))
-    sandbox.stage_one = subprocess.Popen(["/usr/bin/true"])
-    sandbox.stage_one.wait()
+    sandbox.outer_launcher = subprocess.Popen(["/usr/bin/true"])
+    sandbox.outer_launcher.wait()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(str(tmp_path / "s.sock"))
     listener.listen(1)

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from executor.cli import main
+from executor.cli.main import main
 from sandbox_support import contained, state_root  # noqa: F401
 from steward import starter
 

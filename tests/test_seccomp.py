@@ -89,7 +89,7 @@ def _verified_versions(repo) -> list[tuple[str, tuple[str, ...], str]]:
 
 def test_every_shipped_digest_is_a_sha256_in_lowercase_hex():
     """S12: a shipped digest is what ``digest`` prints (the receipts' form), so a mistyped one never matches."""
-    from executor.receipts import SHIPPED_FILTER_DIGESTS
+    from executor.evidence.receipts import SHIPPED_FILTER_DIGESTS
 
     for digest in SHIPPED_FILTER_DIGESTS | {digest for shipped in seccomp.SHIPPED_DIGESTS.values() for digest in shipped}:
         assert re.fullmatch(r"[0-9a-f]{64}", digest), digest

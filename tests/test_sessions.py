@@ -1,4 +1,4 @@
-"""The steward's composition root (executor/sessions.py): F4's one predicate is what the session applies."""
+"""The steward's composition root (executor/cli/sessions.py): F4's one predicate is what the session applies."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from executor.sessions import capability_check
+from executor.cli.sessions import capability_check
 from journal.errors import Refused
 
 

@@ -212,13 +212,13 @@ def test_sigterm_retires_open_sessions_and_removes_the_socket(daemon):
 
 
 def _config(tmp_path, sandbox_ids, socket_path: str, state: str):
-    from executor.config import Config
+    from executor.cli.config import Config
 
     return Config(state_root=state, socket=socket_path, sandbox_uid=sandbox_ids[0], sandbox_gid=sandbox_ids[1])
 
 
 def test_the_cli_uses_the_daemon_when_it_answers(daemon, tmp_path, sandbox_ids):
-    from executor import sessions
+    from executor.cli import sessions
 
     session = sessions.open_session(_config(tmp_path, sandbox_ids, daemon.socket, daemon.state), "attempt-1")
     assert isinstance(session, RemoteSession)
@@ -227,7 +227,7 @@ def test_the_cli_uses_the_daemon_when_it_answers(daemon, tmp_path, sandbox_ids):
 
 def test_an_explicit_state_root_runs_the_steward_embedded_even_when_a_daemon_answers(daemon, tmp_path, sandbox_ids):
     """verify and demo with --state-root: that state root is this process's, so the daemon is not asked."""
-    from executor import sessions
+    from executor.cli import sessions
 
     config = _config(tmp_path, sandbox_ids, daemon.socket, str(tmp_path / "own-state"))
     session = sessions.open_session(config, "attempt-1", embedded=True)
@@ -238,7 +238,7 @@ def test_an_explicit_state_root_runs_the_steward_embedded_even_when_a_daemon_ans
 
 def test_without_a_daemon_root_gets_an_embedded_session_with_the_same_evidence(tmp_path, sandbox_ids):
     """Embedded mode: no socket answers, the caller is root: the same steward code runs in process for one session."""
-    from executor import sessions
+    from executor.cli import sessions
 
     state = str(tmp_path / "state")
     session = sessions.open_session(_config(tmp_path, sandbox_ids, str(tmp_path / "none.sock"), state), "attempt-1")
@@ -253,8 +253,8 @@ def test_without_a_daemon_root_gets_an_embedded_session_with_the_same_evidence(t
 
 
 def test_without_a_daemon_an_unprivileged_caller_is_told_what_to_do(tmp_path, sandbox_ids, monkeypatch):
-    from executor import sessions
-    from executor.frontend import NeedsRoot
+    from executor.cli import sessions
+    from executor.cli.frontend import NeedsRoot
 
     monkeypatch.setattr(sessions.os, "geteuid", lambda: 1000)
     with pytest.raises(NeedsRoot, match="start casebox-steward.service, or run it as root: sudo casebox"):

@@ -163,7 +163,7 @@ def test_the_shipped_unit_matches_the_default_caps_and_stop_time(repo):
     time to name what it could not retire and exit 1 after stop_seconds, before systemd's SIGKILL."""
     import re
 
-    from executor.config import Config
+    from executor.cli.config import Config
 
     unit = (repo / "packaging" / "systemd" / "casebox-steward.service").read_text()
     config = Config()

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import tarforge
-from executor import bundle, extract, ustar
-from executor.cli import main
+from executor.transport import bundle, extract, ustar
+from executor.cli.main import main
 from journal.errors import Refused
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from executor import frontend
+from executor.cli import frontend
 from journal.errors import Refused
 from journal.untrusted import LIMIT, escape, html, json_line
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tarforge
-from executor import ustar
+from executor.transport import ustar
 from journal.errors import Refused
 
 

@@ -18,11 +18,12 @@ import pytest
 from evidence_support import DESIGNED_STATUS
 from sandbox_support import mount_table, processes_of
 
-from executor import bundle as bundles
-from executor import pack, runtime, wheelbuild
-from executor.commands.demo import DEMO_INSTALLER, DESIGNED, DESIGNED_VERDICT
-from executor.receipts import receipt_from_bytes
-from executor.verify import cases_per_stage
+from executor.transport import bundle as bundles
+from executor.cases import runtime
+from executor.transport import pack, wheelbuild
+from executor.cli.commands.demo import DEMO_INSTALLER, DESIGNED, DESIGNED_VERDICT
+from executor.evidence.receipts import receipt_from_bytes
+from executor.attempt import cases_per_stage
 from journal.errors import Refused
 from journal.reader import read_journal
 
@@ -33,8 +34,8 @@ NOBODY = 65534
 EXPECTED = DESIGNED_STATUS
 
 
-def staging_dirs() -> set[str]:
-    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("casebox-staging-")}
+def scratch_dirs() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("casebox-scratch-")}
 
 
 def table(stdout: str) -> dict[str, tuple[str, ...]]:
@@ -69,7 +70,7 @@ def demo(world, casebox):
     summary file of its own."""
     base, config = world
     before = mount_table(str(base))
-    staged = staging_dirs()
+    staged = scratch_dirs()
     env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(base / "step-summary.md")}
     result = casebox("--config", str(config), "demo", timeout=180, env=env)
     yield result, before, staged
@@ -187,12 +188,12 @@ def test_an_interrupted_demo_retires_its_session_as_interrupted(world, casebox):
 
 @pytest.mark.root
 def test_the_demo_leaves_nothing_running_or_mounted(demo, world, sandbox_ids):
-    """S6, C4: no process of the dedicated UID survives the attempt, no mount of it remains, no staging is left."""
+    """S6, C4: no process of the dedicated UID survives the attempt, no mount of it remains, no scratch directory is left."""
     _, before, staged = demo
     base, _ = world
     assert processes_of(*sandbox_ids) == []
     assert mount_table(str(base)) == before
-    assert staging_dirs() <= staged, "a verification left a staging directory"
+    assert scratch_dirs() <= staged, "a verification left a scratch directory"
 
 
 @pytest.mark.root
@@ -245,7 +246,7 @@ def test_the_evidence_is_evaluated_alone_by_an_unprivileged_user(demo, tmp_path)
         for path in [copy, *copy.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
         os.chown(copy / "reports", NOBODY, NOBODY)
-        script = f"import sys; sys.path.insert(0, {str(copy / 'code')!r}); from executor.cli import main; sys.exit(main())"
+        script = f"import sys; sys.path.insert(0, {str(copy / 'code')!r}); from executor.cli.main import main; sys.exit(main())"
         answer = subprocess.run(
             [runtime.choose_interpreter(), "-I", "-S", "-c", script, "evaluate", "--evidence", str(copy / "evidence"),
              "--plan", str(copy / "plan.json"), "--attempt", attempt, "--bundle-sha256", sha256, "--report-dir", str(copy / "reports")],
@@ -342,14 +343,14 @@ def attempt(tmp_path, world):
 
 
 def refused(casebox, options: dict, naming: str) -> str:
-    staged = staging_dirs()
+    staged = scratch_dirs()
     argv = ["--config", options["--config"], "verify"]
     for flag, given in options.items():
         if flag != "--config":
             argv += [flag, given]
     sentence = casebox.refused(*argv, naming=naming)
     assert not os.path.exists(options["--evidence"]), "a refusal leaves nothing behind"
-    assert staging_dirs() <= staged, "a verification left a staging directory"
+    assert scratch_dirs() <= staged, "a verification left a scratch directory"
     return sentence
 
 
@@ -420,9 +421,9 @@ def test_an_evidence_directory_that_is_not_empty_is_refused(casebox, attempt):
     evidence = pathlib.Path(attempt["--evidence"])
     evidence.mkdir()
     (evidence / "journal").write_bytes(b"an earlier stage")
-    staged = staging_dirs()
+    staged = scratch_dirs()
     casebox.refused("--config", attempt["--config"], "verify", *[x for flag, given in attempt.items() if flag != "--config" for x in (flag, given)], naming="not empty")
-    assert os.listdir(evidence) == ["journal"] and staging_dirs() == staged
+    assert os.listdir(evidence) == ["journal"] and scratch_dirs() == staged
 
 
 def test_a_plan_larger_than_one_stages_journal_is_refused(casebox, attempt, world):
@@ -447,7 +448,7 @@ def test_a_case_that_cannot_be_materialized_is_refused(casebox, attempt):
 def test_an_evidence_path_swapped_for_a_link_after_it_was_resolved_is_refused(tmp_path):
     """F3: root walks the resolved evidence path without following links, so a directory replaced by a
     symlink after resolve_inside is refused and nothing is created where the link points."""
-    from executor.verify import _evidence_directory
+    from executor.attempt import _evidence_directory
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -478,20 +479,20 @@ def test_a_sigkilled_verify_leaves_no_staging_directory_after_the_next_run(world
             "--attempt", attempt, "--evidence", str(tmp_path / attempt), "--root", "/", "--state-root", str(state),
         ]
 
-    staged = staging_dirs()
+    staged = scratch_dirs()
     killed = subprocess.Popen([str(REPO / ".venv" / "bin" / "casebox"), *command("killed-1")], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while not (left := [name for name in staging_dirs() - staged
+    while not (left := [name for name in scratch_dirs() - staged
                         if os.path.exists(os.path.join(tempfile.gettempdir(), name, "tools"))]):
         assert time.monotonic() < deadline and killed.poll() is None, "the verification never staged its tools"
         time.sleep(0.01)
     killed.send_signal(signal.SIGKILL)
     killed.wait()
-    assert set(left) <= staging_dirs(), "the killed verification's staging directory is there to be removed"
+    assert set(left) <= scratch_dirs(), "the killed verification's scratch directory is there to be removed"
     result = casebox(*command("next-1"), timeout=300)
     assert result.returncode == 3, result.stdout.decode() + result.stderr.decode()
-    assert staging_dirs() <= staged - set(left), "a staging directory outlived its verification"
+    assert scratch_dirs() <= staged - set(left), "a scratch directory outlived its verification"
     recovered = casebox("--config", str(config), "stage", "recover", "--all", "--state-root", str(state))
     assert recovered.returncode == 0, recovered.stdout.decode()
     assert processes_of(*sandbox_ids) == []
@@ -499,33 +500,33 @@ def test_a_sigkilled_verify_leaves_no_staging_directory_after_the_next_run(world
 
 @pytest.mark.root
 def test_stage_recover_removes_and_lists_what_a_killed_verify_left(world, casebox, tmp_path):
-    """The operator's view: `stage recover --all` removes root's staging directories whose verification was
+    """The operator's view: `stage recover --all` removes root's scratch directories whose verification was
     killed, one line each."""
-    from test_staging import killed_staging
+    from test_scratch import killed_scratch
 
     _, config = world
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    path = killed_staging(scratch)
+    path = killed_scratch(scratch)
     (tmp_path / "state").mkdir(mode=0o700)
     result = casebox("--config", str(config), "stage", "recover", "--all", "--state-root", str(tmp_path / "state"),
                      env={**os.environ, "TMPDIR": str(scratch)})
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
-    assert f"ok   staging {path}: a verification that was killed left it; removed" in result.stdout.decode()
+    assert f"ok   scratch {path}: a verification that was killed left it; removed" in result.stdout.decode()
     assert not path.exists()
 
 
 @pytest.mark.root
 @pytest.mark.slow
 def test_a_verify_stopped_with_sigterm_leaves_no_staging_and_its_stage_retired_or_recoverable(world, tmp_path, sandbox_ids, casebox):
-    """SIGTERM (a CI job cancelled) ends verify as Ctrl-C does (exit 130): its staging directory is removed,
+    """SIGTERM (a CI job cancelled) ends verify as Ctrl-C does (exit 130): its scratch directory is removed,
     and its embedded session is retired as INTERRUPTED on the way out. Where the interrupt lands inside the
     steward's own work (a sandbox starting), that retirement may not complete; the stage then keeps a VALID
     journal (the writer is never left half-advanced) and recovery seals it."""
     _, config = world
     bundle, sha256 = packed(tmp_path)
     state = tmp_path / "state"
-    staged = staging_dirs()
+    staged = scratch_dirs()
     running = subprocess.Popen(
         [str(REPO / ".venv" / "bin" / "casebox"), "--config", str(config), "verify", "--bundle", str(bundle), "--sha256", sha256,
          "--plan", str(EXAMPLES / "plan.json"), "--verifier-tree", str(EXAMPLES / "verifier"), "--index", str(EXAMPLES / "index"),
@@ -541,11 +542,11 @@ def test_a_verify_stopped_with_sigterm_leaves_no_staging_and_its_stage_retired_o
     while journal_records() < 3:  # GENESIS, then the session's first records: the session is open
         assert time.monotonic() < deadline and running.poll() is None, "the verification never used its session"
         time.sleep(0.01)
-    assert staging_dirs() - staged, "the verification has its staging directory"
+    assert scratch_dirs() - staged, "the verification has its scratch directory"
     running.send_signal(signal.SIGTERM)
     _, stderr = running.communicate(timeout=300)
     assert running.returncode == 130, stderr
-    assert staging_dirs() <= staged, "the staging directory outlived the interrupted verification"
+    assert scratch_dirs() <= staged, "the scratch directory outlived the interrupted verification"
     left = os.listdir(state / "stages")
     for stage_id in left:
         assert read_journal((state / "stages" / stage_id / "journal").read_bytes()).verdict == "VALID"

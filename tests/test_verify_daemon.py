@@ -21,9 +21,9 @@ import tempfile
 
 import pytest
 from sandbox_support import mount_table, processes_of
-from test_verify import EXAMPLES, EXPECTED, REPO, packed, staging_dirs, table, value
+from test_verify import EXAMPLES, EXPECTED, REPO, packed, scratch_dirs, table, value
 
-from executor import runtime
+from executor.cases import runtime
 from steward import client
 
 pytestmark = pytest.mark.root
@@ -80,8 +80,8 @@ def attempt(sandbox_ids, other_ids, casebox):
         )
         try:
             assert notify.recv(64) == b"READY=1"
-            before, staged = mount_table(str(base)), staging_dirs()
-            script = f"import sys; sys.path.insert(0, {str(base / 'code')!r}); from executor.cli import main; sys.exit(main())"
+            before, staged = mount_table(str(base)), scratch_dirs()
+            script = f"import sys; sys.path.insert(0, {str(base / 'code')!r}); from executor.cli.main import main; sys.exit(main())"
             result = subprocess.run(
                 [runtime.choose_interpreter(), "-I", "-S", "-c", script, "--config", str(base / "client.toml"), "verify",
                  "--bundle", str(bundle), "--sha256", sha256, "--plan", str(base / "plan.json"),
@@ -132,9 +132,9 @@ def test_the_tombstone_is_valid_and_sealed_and_the_evidence_is_the_clients(attem
 
 
 def test_nothing_is_left_and_the_daemon_still_serves(attempt, sandbox_ids):
-    """S6, C4: no process of the dedicated UID, no mount, no staging left; the daemon serves the next session."""
+    """S6, C4: no process of the dedicated UID, no mount, no scratch directory left; the daemon serves the next session."""
     assert processes_of(*sandbox_ids) == []
-    assert mount_table(str(attempt["base"])) == attempt["before"] and staging_dirs() == attempt["staged"]
+    assert mount_table(str(attempt["base"])) == attempt["before"] and scratch_dirs() == attempt["staged"]
     assert attempt["daemon"].poll() is None
     closed = client.connect(attempt["socket"]).open_session("after-1").close()
     assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")

@@ -36,7 +36,7 @@ import time
 
 from timing import median_seconds, run_quietly
 
-from executor import config as configuration
+from executor.cli import config as configuration
 from launcher import network
 from launcher import syscalls as sc
 from steward import provision

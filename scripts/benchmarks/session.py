@@ -38,12 +38,12 @@ import time
 
 import sandbox as sandbox_bench
 
-from executor import config as configuration
-from executor import pack, wheelbuild
-from executor.commands.demo import DEMO_INSTALLER
-from executor.reporting import Progress
-from executor.runtime import choose_interpreter
-from executor.verify import Attempt, verify
+from executor.cli import config as configuration
+from executor.transport import pack, wheelbuild
+from executor.cli.commands.demo import DEMO_INSTALLER
+from executor.cli.reporting import Progress
+from executor.cases.runtime import choose_interpreter
+from executor.attempt import Attempt, run_attempt
 from timing import HOST_ENV
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -104,7 +104,7 @@ def _one(directory: str, inputs: dict, number: int, python: str | None = None) -
 
     start = time.perf_counter()
     attempt = Attempt(attempt_id=f"bench-{number}", evidence=os.path.join(directory, f"evidence-{number}"), python=python, **inputs)
-    verified = verify(_config(directory), attempt, progress=progress)
+    verified = run_attempt(_config(directory), attempt, progress=progress)
     end = time.perf_counter()
     if verified.report.verdict != "PASS":
         raise SystemExit(f"session benchmark: the trivial plan was {verified.report.verdict}: {verified.notes}")
@@ -196,7 +196,7 @@ def _real_inputs(directory: str) -> dict:
 def _real_casebox(directory: str, inputs: dict, number: int) -> tuple[float, float]:
     start = time.perf_counter()
     attempt = Attempt(attempt_id=f"bench-real-{number}", evidence=os.path.join(directory, f"evidence-real-{number}"), **inputs)
-    verified = verify(_config(directory), attempt, progress=Progress(quiet=True))
+    verified = run_attempt(_config(directory), attempt, progress=Progress(quiet=True))
     whole = time.perf_counter() - start
     if verified.report.verdict != "PASS":
         raise SystemExit(f"session_real: the plan was {verified.report.verdict}: {verified.notes}")

@@ -25,11 +25,11 @@ import time
 
 from timing import median_seconds, run_quietly
 
-from executor import config as configuration
+from executor.cli import config as configuration
 from journal.files import load_for_review
 from journal.reader import read_journal
 from journal.writer import JournalWriter
-from steward import attempts, provision, recovery
+from steward import helperattempts, provision, recovery
 from steward.helper import Request
 from steward.ledger import RecordingLedger
 from steward.session import Settings, Steward
@@ -85,7 +85,7 @@ def helper_attempt_ms() -> dict:
             documents_fd = os.open(os.path.join(stage, "documents"), os.O_RDONLY | os.O_DIRECTORY)
             try:
                 with JournalWriter.create(stage_fd, "journal", journal_id="j", stage_id=f"s{index}", attempt_id="bench") as writer:
-                    runner = attempts.HelperRunner(writer, documents_fd=documents_fd, shown="documents", reaper="steward")
+                    runner = helperattempts.HelperRunner(writer, documents_fd=documents_fd, shown="documents", reaper="steward")
                     request = Request(f"s{index}", directory, "stages", uid, gid, (), (), 5_000)
                     start = time.perf_counter()
                     (attempt,) = runner.run(request)

@@ -1,6 +1,6 @@
 """Transport throughput: extracting a three-wheel bundle, and the candidate identity digest.
 
-- extract: MB/s of executor.extract on a bundle of three ~20 MB wheels, against
+- extract: MB/s of executor.transport.extract on a bundle of three ~20 MB wheels, against
   `tar -xf` of the same bundle into the same filesystem (goal: at least 0.8x).
 - identity_digest: MB/s of the identity digest over the extracted files, against
   hashlib.sha256 streaming the same files (goal: at least 0.9x).
@@ -21,7 +21,7 @@ import tempfile
 import time
 import zipfile
 
-from executor import extract, identity, pack
+from executor.transport import extract, identity, pack
 
 WHEEL_BYTES = 20 * 1000 * 1000
 REPEAT = 7

@@ -1,0 +1,317 @@
+"""One verification attempt, end to end: ``casebox verify`` and ``casebox demo`` (docs/pipeline.md).
+
+1. **preflight** (trusted, data only): the plan, the shard, every path inside
+   its perimeter (F3), the verifier tree and the index through F4, the
+   bundle copied privately and then sized and hashed (T3);
+2. **extract** in a sandbox, then seal; the candidate identity digest is
+   recomputed from the sealed files;
+3. **resolve** and fetch in the dependency preparer's sandboxes, then seal;
+4. **install** once, then **the cases**, one sandbox each, a receipt each (E6);
+5. **cleanup and retirement**: the session closes, proving every process and
+   mount gone, retires the stage into a sealed tombstone and exports the
+   journal, the seal marker and the receipts into the evidence directory;
+6. **evaluate** that directory, exactly as an unprivileged ``casebox
+   evaluate`` would.
+
+The session is the daemon's when its socket answers, else an embedded
+steward's (executor/cli/sessions.py); an explicit ``--state-root`` always runs
+the steward embedded. A failure after the session opened abandons it, which
+still cleans up and retires the stage, and then re-raises. A failure of the
+steward or its host (its state root full, the daemon stopping) ends the
+attempt with the steward's own sentence (exit 70). An interrupt (Ctrl-C, or
+SIGTERM, which the command treats as one) goes the same way out, so the
+private scratch directory is removed on every path but SIGKILL; what a
+SIGKILL leaves there the next verification removes first
+(executor/scratch.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+
+import executor
+from executor.cases import runtime as runtimes
+from executor.cli import sessions
+from executor.capability import open_capability
+from executor.cases.service import CANDIDATE, RUNNER, SITE, VERIFIER, Blocked, CaseRun, CaseService, Trees, check_materializable
+from executor.cli.config import Config
+from executor.evidence.evaluate import Expected, Report, evaluate
+from executor.cli.frontend import InternalFailure
+from executor.inputs import read_capped
+from executor.inside import MODULES
+from executor.cases.ownership import CASE_SERVICE, PREPARER, DirectoryCapability, Gate
+from executor.plan import PLAN_MAX_BYTES, Case, Plan, plan_from_bytes
+from executor.deps.preparer import DEPS, Preparer, Unresolved
+from executor.evidence.receipts import Binding, dependency_step
+from executor.cli.reporting import Progress
+from executor.shard import cases_for_shard
+from executor.scratch import Scratch, remove_abandoned
+from journal.errors import Refused
+from journal.format import RESERVE_START
+from steward.failure import SandboxFailure
+
+# A stage's journal holds RESERVE_START bytes before the retirement reserve (J2). Measured on the demo
+# (docs/pipeline.md, "The journal budget"): one case sandbox with its junit output costs 6,208 bytes
+# with a 15-byte state root, and everything else (genesis, extraction, resolution, fetch, install,
+# their outputs, a helper attempt, cleanup evidence) 26,608. Output mount records name their target
+# under the state root: 4 per case and 12 in all grow by a byte per byte of its path. The constants
+# add margin for longer pids and start times, more helper attempts, and twice the fixed growth.
+CASE_JOURNAL_BYTES = 6_656
+FIXED_JOURNAL_BYTES = 32_768
+
+
+def cases_per_stage(state_root: str) -> int:
+    """How many applicable cases one stage's journal has room for with this state root."""
+    length = len(state_root.encode("utf-8"))
+    return (RESERVE_START - FIXED_JOURNAL_BYTES - 24 * length) // (CASE_JOURNAL_BYTES + 4 * length)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """What one ``verify`` is asked to do; every path already resolved inside its perimeter."""
+
+    bundle: str
+    sha256: str
+    plan: str
+    verifier_tree: str
+    attempt_id: str
+    evidence: str
+    index: str | None = None
+    shard: tuple[int, int] | None = None
+    attempt_number: int = 1
+    index_url: str | None = None
+    installer: str | None = None
+    python: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Verified:
+    """The end of an attempt: the report, the evidence and tombstone paths, the cases' runs and any notes."""
+
+    report: Report
+    evidence: str
+    tombstone: str
+    runs: tuple[CaseRun, ...]
+    notes: tuple[str, ...]
+    steward: str
+    runtime: str = ""
+
+
+def preparation_phases(started) -> tuple[tuple[str, str], ...]:
+    """(phase, sandbox) of every sandbox the gate saw start that prepared what the cases run on: the receipts
+    carry them, so a reviewer's replay can name each sandbox (docs/receipts.md, ``phases``)."""
+    phases = []
+    for role, sandbox, _, write in started:
+        if role == PREPARER:
+            phases.append(("fetch" if DEPS in write else "resolve", sandbox))
+        elif role == CASE_SERVICE and (CANDIDATE in write or SITE in write or RUNNER in write):
+            phases.append(("extract" if CANDIDATE in write else "install", sandbox))
+    return tuple(phases)
+
+
+def load_plan(path: str) -> Plan:
+    try:
+        plan = plan_from_bytes(read_capped(path, PLAN_MAX_BYTES))
+    except Refused as refusal:
+        raise refusal.under(path) from None
+    check_materializable(plan)
+    return plan
+
+
+def shard_cases(plan: Plan, shard: tuple[int, int] | None, state_root: str) -> list[tuple[int, Case]]:
+    """(plan index, case) of every case this attempt runs, refused past what one stage's journal holds (J2)."""
+    chosen = plan.cases if shard is None else cases_for_shard(plan, *shard)
+    cases = [(plan.cases.index(case), case) for case in chosen]
+    applicable = sum(1 for _, case in cases if case.applicable)
+    room = cases_per_stage(state_root)
+    if applicable > room:
+        raise Refused(
+            "--shard" if shard else "--plan",
+            f"gives one stage {applicable} applicable cases, more than the {room} its journal has room for; "
+            "split the plan across stages with --shard i/n (casebox plan shard)",
+        )
+    return cases
+
+
+def _tools() -> dict[str, bytes]:
+    """casebox's own sandboxed modules, exactly the files they import (executor/inside.py)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(executor.__file__)))
+    files = {}
+    for relative in MODULES:
+        with open(os.path.join(root, relative), "rb") as file:
+            files[relative] = file.read()
+    return files
+
+
+def _evidence_directory(path: str) -> tuple[int, bool]:
+    """The empty evidence directory at ``path`` (created when absent): its descriptor, and whether it was made.
+
+    ``path`` was resolved inside its perimeter (F3) with no symlink in it; root
+    walks it again one descriptor at a time without following any link, so a
+    directory swapped for a link after that check is refused, never followed.
+    """
+    parts = [part for part in path.split("/") if part]
+    if not path.startswith("/") or not parts or any(part in (".", "..") for part in parts):
+        raise Refused(path, "must be a resolved absolute path")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    parent = os.open("/", flags)
+    try:
+        for part in parts[:-1]:
+            try:
+                child = os.open(part, flags, dir_fd=parent)
+            except OSError as error:
+                raise Refused(path, f"changed after it was resolved: {part} cannot be opened without following a link ({os.strerror(error.errno)})") from None
+            os.close(parent)
+            parent = child
+        made = True
+        try:
+            os.mkdir(parts[-1], 0o755, dir_fd=parent)
+        except FileExistsError:
+            made = False
+        except OSError as error:
+            raise Refused(path, f"cannot be created as the evidence directory ({os.strerror(error.errno)})") from None
+        try:
+            fd = os.open(parts[-1], flags, dir_fd=parent)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise Refused(path, "is not a directory; the evidence directory must be a directory or absent") from None
+            raise
+    finally:
+        os.close(parent)
+    if os.listdir(fd):
+        os.close(fd)
+        raise Refused(path, "is not empty; an evidence directory holds exactly one stage's evidence")
+    return fd, made
+
+
+def run_attempt(config: Config, request: Attempt, *, progress: Progress, embedded: bool = False) -> Verified:
+    """Run the attempt; refusals (exit 64) come before anything is written. ``embedded``: never the daemon."""
+    for path in remove_abandoned():
+        progress(f"removed {path}: a verification that was killed left it")
+    plan = load_plan(request.plan)
+    cases = shard_cases(plan, request.shard, config.state_root)
+    progress.expect([case for _, case in cases])
+    capabilities: list[DirectoryCapability] = []
+    scratch = Scratch()
+    index_fd = None
+    try:
+        verifier = open_capability(request.verifier_tree, state_root=config.state_root)
+        capabilities.append(DirectoryCapability(plan.mount or VERIFIER, verifier))
+        if request.index is not None:
+            index = open_capability(request.index, state_root=config.state_root)
+            capabilities.append(DirectoryCapability("index", index))
+            index_fd = os.dup(index)
+        capabilities.append(scratch.bundle(request.bundle, request.sha256))
+        runtime = runtimes.inspect(request.installer, request.python)
+        if runtime.prefix is not None:
+            # F4, then every sandbox sees it read-only at the path it has here (docs/pipeline.md, "The runtime").
+            prefix = open_capability(runtime.prefix, state_root=config.state_root)
+            capabilities.append(DirectoryCapability(runtimes.CAPABILITY, prefix, mount=runtime.prefix))
+        capabilities.append(scratch.directory("tools", _tools()))
+        evidence_fd, made = _evidence_directory(request.evidence)
+        # Only now: a refusal above is the one sentence on stderr (F1), with no progress line before it.
+        progress("preflight passed: the bundle copied privately and hashed, the evidence directory empty")
+        try:
+            return _attempt(config, request, plan, cases, capabilities, scratch, runtime, index_fd, evidence_fd, progress, embedded)
+        except BaseException as error:
+            if made and not os.listdir(evidence_fd):
+                os.rmdir(request.evidence)
+            if isinstance(error, SandboxFailure):
+                raise InternalFailure(str(error)) from None
+            raise
+        finally:
+            os.close(evidence_fd)
+    finally:
+        for capability in capabilities:
+            if capability.state == "open":
+                capability.close()
+        if index_fd is not None:
+            os.close(index_fd)
+        scratch.close()
+
+
+def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index_fd, evidence_fd, progress, embedded) -> Verified:
+    progress(f"opening a session for attempt {request.attempt_id}")
+    session = sessions.open_session(config, request.attempt_id, embedded=embedded)
+    steward = sessions.steward_of(session, config)
+    progress(f"steward: {steward}")
+    closing = False
+    try:
+        for capability in capabilities:
+            capability.hand_to(session)
+        gate = Gate(session, always=runtime.capabilities)
+        service = CaseService(gate, session, runtime=runtime, plan=plan, progress=progress, finished=progress.finished)
+        preparer = Preparer(
+            gate, session, scratch=scratch, runtime=runtime, index_fd=index_fd, index_url=request.index_url, progress=progress,
+        )
+        runs, notes = _cases(session, gate, service, preparer, request, plan, cases, runtime)
+        if preparer.networked:
+            notes.append(
+                f"the index network (the steward's forwarder to {request.index_url} and its file hosts, nothing else) "
+                f"was given to the resolver and fetch sandboxes only ({', '.join(preparer.networked)})"
+            )
+        progress("cleanup and retirement")
+        closing = True
+        changed = runtime.changed()
+        if changed is None:
+            closed = session.close(evidence_fd)
+        else:
+            # Its receipts name the runtime as it was: the stage retires without exporting them.
+            notes.append(f"{changed}; the stage is abandoned and its receipts are not exported, so no case is judged")
+            closed = session.abandon()
+    except BaseException as error:
+        if not closing:
+            # Clean up and retire all the same, then report what went wrong: INTERRUPTED for Ctrl-C or
+            # SIGTERM (a daemon's session has no such call and is abandoned), SESSION_ABANDONED otherwise.
+            interrupt = getattr(session, "interrupt", None) if isinstance(error, KeyboardInterrupt) else None
+            try:
+                (interrupt or session.abandon)()
+            except Exception:
+                pass
+        raise
+    progress("evaluating the evidence")
+    judged = frozenset(case.id for _, case in cases)
+    expected = Expected(plan, request.attempt_id, request.sha256, request.attempt_number, judged)
+    report = evaluate(expected, [request.evidence])
+    progress.judged(report)
+    return Verified(report, request.evidence, closed.tombstone, tuple(runs), tuple(notes), steward, runtime.label)
+
+
+def _cases(session, gate, service, preparer, request, plan, cases, runtime) -> tuple[list[CaseRun], list[str]]:
+    extraction = service.extract()
+    if isinstance(extraction, Blocked):
+        return [], [f"{extraction.sentence}; no case can run, so none has a receipt"]
+    notes = []
+    # The runner is installed only for an attempt that runs a pytest case: no other op imports it.
+    runner = any(case.op == "pytest" and case.applicable for _, case in cases)
+    dependencies = preparer.prepare(plan_digest=plan.digest, runner=plan.runner if runner else (), candidate=extraction.projects)
+    if isinstance(dependencies, Unresolved):
+        notes.append(f"dependencies unresolved ({dependencies.code}): {dependencies.sentence}")
+        trees = Trees(blocked=Blocked(dependency_step(dependencies.code), dependencies.sentence))
+        if dependencies.sealed is None:
+            return [], notes + ["the dependency output could not be sealed, so no receipt can name its digest"]
+    else:
+        trees = service.install(extraction, dependencies, runner=runner)
+        for blocked in (trees.blocked, trees.runner_blocked):
+            if blocked is not None:
+                notes.append(f"{blocked.step}: {blocked.sentence}")
+    binding = Binding(
+        attempt_id=request.attempt_id,
+        attempt_number=request.attempt_number,
+        plan_digest=plan.digest,
+        candidate_digest=extraction.candidate_digest,
+        bundle_sha256=request.sha256,
+        dependency_inventory_digest=dependencies.sealed.inventory_digest,
+        runtime_inventory_digest=runtime.digest,
+        runtime_version=f"{runtime.implementation} {runtime.version}",
+        runner_inventory_digest=None if trees.runner is None else trees.runner.inventory_digest,
+        stage_id=session.info().stage_id,
+        phases=preparation_phases(gate.started),
+    )
+    applicable = sum(1 for _, case in cases if case.applicable)
+    service.progress(f"running {applicable} applicable cases of {len(cases)}, each in a sandbox of its own")
+    runs = service.run_cases(cases, binding, trees)
+    notes += [f"case {run.case_id}: {run.sentence}" for run in runs if run.sentence]
+    return runs, notes
