@@ -16,6 +16,9 @@ at ``pids.max``.
   and pids controllers enabled down that path; pid 1 (and stage 1 before it)
   in its leaf ``init``, the ops in ``ops`` (no process may sit in a cgroup
   whose children have controllers). ``memory.max`` charges socket buffers.
+  At teardown (and in recovery, for a cgroup a killed starter left)
+  ``cgroup.kill`` ends whatever is still in the sandbox's cgroup before the
+  directories are removed.
 - cgroup v1 (separate memory and pids hierarchies): a child of the starter's
   own cgroup in each hierarchy, so any limit already on the starter still
   applies, with ``ops`` under the memory one. Writing ``0`` to ``tasks``
@@ -36,6 +39,8 @@ import time
 
 REQUIRED = ("memory", "pids")
 _REMOVE_ATTEMPTS = 50
+# A killed process leaves its cgroup once the kernel has torn it down: under emulation that takes seconds.
+_EMPTY_ATTEMPTS = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,17 +272,36 @@ class SandboxCgroup:
         return Counters(**found)
 
     def remove(self) -> None:
-        """Close the counter files, then rmdir each directory, children first; a cgroup stays busy for a moment
-        after its last task is reaped."""
+        """Close the counter files, kill whatever is left in the sandbox's cgroup (v2), then rmdir each
+        directory, children first; a cgroup stays busy for a moment after its last task is reaped."""
         for fd, _ in self.counter_files.values():
             os.close(fd)
         self.counter_files = {}
+        if self.hierarchy.version == 2 and self.ops:
+            kill_all(os.path.dirname(self.ops))
         for directory in reversed(self.directories):
             remove_directory(directory)
 
 
+def kill_all(directory: str) -> None:
+    """cgroup v2: SIGKILL every process in ``directory`` and below at once (``cgroup.kill``, which no process
+    can outrun by forking), then wait until ``cgroup.events`` says it is no longer populated. Kernels before
+    5.14 have no ``cgroup.kill``; there the processes must already be gone, and rmdir says if they are not."""
+    kill = os.path.join(directory, "cgroup.kill")
+    if not os.path.exists(kill):
+        return
+    _write(kill, "1")
+    for _ in range(_EMPTY_ATTEMPTS):
+        with open(os.path.join(directory, "cgroup.events")) as file:
+            if "populated 0" in file.read().splitlines():
+                return
+        time.sleep(0.01)
+
+
 def remove_sandbox_directory(directory: str) -> None:
-    """rmdir a sandbox's cgroup a killed starter left (recovery): its ``ops`` and ``init`` children first."""
+    """rmdir a sandbox's cgroup a killed starter left (recovery): what still runs in it killed (v2), then its
+    ``ops`` and ``init`` children first."""
+    kill_all(directory)
     for child in (OPS, INIT):
         if os.path.isdir(os.path.join(directory, child)):
             remove_directory(os.path.join(directory, child))

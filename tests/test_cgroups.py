@@ -82,3 +82,35 @@ def test_a_mount_point_that_is_not_utf8_does_not_stop_detection(tmp_path):
     os.close(write_end)
     os.waitpid(pid, 0)
     assert os.read(read_end, 1) == b"1"
+
+
+def _cgroup_v2() -> bool:
+    hierarchy = cgroups.detect()
+    return hierarchy is not None and hierarchy.version == 2
+
+
+@pytest.mark.root
+@pytest.mark.cgroup2
+@pytest.mark.skipif(not _cgroup_v2(), reason="needs cgroup v2 with memory and pids; this host is v1")
+@pytest.mark.parametrize("place", [cgroups.INIT, cgroups.OPS])
+def test_on_cgroup_v2_removal_kills_what_is_left_with_cgroup_kill(place):
+    """S10 on v2: a process still in a sandbox's cgroup at teardown (its init or its ops) is killed through
+    cgroup.kill, and the cgroup is then removed; without cgroup.kill the rmdir would fail busy."""
+    hierarchy = cgroups.detect()
+    group = cgroups.SandboxCgroup.create(hierarchy, f"casebox-test-kill-{os.getpid()}", memory_bytes=64 << 20, pids_max=8)
+    pid = os.fork()
+    if pid == 0:
+        os.execv("/bin/sleep", ["sleep", "600"])
+    try:
+        target = group.sandbox[0] if place == cgroups.INIT else group.ops
+        with open(os.path.join(target, "cgroup.procs"), "w") as file:
+            file.write(str(pid))
+        group.remove()
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+        status = os.waitpid(pid, 0)[1]
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9
+    assert all(not os.path.exists(directory) for directory in group.directories)
