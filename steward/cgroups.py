@@ -160,7 +160,9 @@ _V2_COUNTERS = {
     # The sandbox's memory.events counts every OOM kill below it, pid 1's leaf included.
     "oom_kills": (("top", "memory.events", "oom_kill"),),
     "memory_failures": (("ops", "memory.events", "max"),),
-    "pids_refused": (("pids", "pids.events", "max"),),
+    # Kernels up to 6.12 count a refused fork in the forking task's own cgroup (init or ops), later ones in the
+    # cgroup at its limit: the sum over the three counts it once either way.
+    "pids_refused": (("pids", "pids.events", "max"), ("init", "pids.events", "max"), ("ops", "pids.events", "max")),
 }
 _V1_COUNTERS = {
     "oom_kills": (("top", "memory.oom_control", "oom_kill"), ("ops", "memory.oom_control", "oom_kill")),
@@ -241,7 +243,7 @@ class SandboxCgroup:
         return os.open(os.path.join(self.ops, name), os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
 
     def _open_counters(self) -> None:
-        places = {"top": os.path.dirname(self.ops), "ops": self.ops, "pids": self.pids}
+        places = {"top": os.path.dirname(self.ops), "ops": self.ops, "pids": self.pids, "init": self.sandbox[0]}
         table = _V2_COUNTERS if self.hierarchy.version == 2 else _V1_COUNTERS
         reads = [read for reads in table.values() for read in reads]
         if self.tcp_cap:
