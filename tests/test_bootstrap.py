@@ -39,6 +39,28 @@ def tools():
 
 
 @pytest.mark.root
+def test_a_second_bootstrap_of_the_checkout_waits_for_the_first(tools):
+    """Two bootstraps of one checkout never install into its .venv at once: while the checkout's lock is held
+    (as a running bootstrap holds it), a second one does nothing, not even apt; it goes on once released."""
+    import fcntl
+
+    directory, log = tools
+    env = {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}"}
+    held = os.open(REPO, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = subprocess.Popen([str(BOOTSTRAP)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiting.wait(timeout=3)
+        assert not log.exists() or log.read_text() == ""
+    finally:
+        os.close(held)
+    stdout, stderr = waiting.communicate(timeout=600)
+    assert waiting.returncode == 0, stderr
+    assert "bootstrap: ready" in stdout and log.read_text()
+
+
+@pytest.mark.root
 @pytest.mark.slow
 def test_as_root_it_runs_apt_itself_and_never_asks_sudo(tools):
     """A root host needs no sudo: apt runs as root directly, then .venv is kept and casebox installed."""
@@ -70,7 +92,7 @@ def test_as_another_user_without_sudo_it_says_to_run_as_root(tools, sandbox_ids)
     """No sudo and not root: one sentence saying to run it as root, before anything is installed or made."""
     directory, log = tools
     (directory / "sudo").unlink()
-    for name in ("bash", "env", "dirname", "id", "grep"):
+    for name in ("bash", "env", "dirname", "flock", "id", "grep"):
         (directory / name).symlink_to(shutil.which(name))
     (directory / "python3").symlink_to(os.path.realpath(sys.executable))
     uid, gid = sandbox_ids
