@@ -9,13 +9,20 @@ from journal.errors import Refused
 
 def processes_using(uid: int, gid: int) -> list[tuple[int, str]]:
     """(pid, name) of every live process whose real, effective or saved UID or GID is the pair's."""
+    return processes_using_any([(uid, gid)])
+
+
+def processes_using_any(pairs) -> list[tuple[int, str]]:
+    """(pid, name) of every live process using any (uid, gid) of ``pairs`` (a sandbox pool), in one scan."""
+    wanted_uids = {uid for uid, _ in pairs}
+    wanted_gids = {gid for _, gid in pairs}
     found = []
     # Only the ids are read for every process (one /proc/PID/status each); the
     # name, which costs another read, only for a process that uses the pair.
     for process in psutil.process_iter(["uids", "gids"]):
         info = process.info
         uids, gids = info.get("uids"), info.get("gids")
-        if (uids is not None and uid in tuple(uids)) or (gids is not None and gid in tuple(gids)):
+        if (uids is not None and wanted_uids.intersection(uids)) or (gids is not None and wanted_gids.intersection(gids)):
             found.append((process.pid, _name(process)))
     return found
 

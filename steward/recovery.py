@@ -107,7 +107,7 @@ def remove_sandbox_residue(root: StateRoot, stage_id: str) -> list[str]:
     return removed
 
 
-def stage_ids(root: StateRoot, area: str, stage_id: str, settings: Settings) -> tuple[int, int]:
+def bound_ids(root: StateRoot, area: str, stage_id: str, settings: Settings) -> tuple[int, int]:
     """The sandbox pair the stage's session was bound to (the pool's first when the stage recorded none)."""
     try:
         fd = root.open_entry(area, stage_id)
@@ -121,7 +121,7 @@ def stage_ids(root: StateRoot, area: str, stage_id: str, settings: Settings) -> 
 
 def _hygiene(root: StateRoot, area: str, stage_id: str, settings: Settings) -> helper.Response:
     """Kill processes of the stage's sandbox ids and detach mounts under the stage, under the lease; no record is written."""
-    with root.lease(stage_ids(root, area, stage_id, settings)[0], wait_seconds=settings.lease_seconds):
+    with root.lease(bound_ids(root, area, stage_id, settings)[0], wait_seconds=settings.lease_seconds):
         return _remove_and_prove(root, area, stage_id, settings)
 
 
@@ -130,7 +130,7 @@ def _remove_and_prove(root: StateRoot, area: str, stage_id: str, settings: Setti
     stage = root.path_of(area, stage_id)
     mounted = inventory.mount_document(inventory.read_mountinfo(), root.path, stage)["under_stage"]
     relative = sorted((entry["mount_point"][len(stage) + 1:] for entry in mounted if entry["mount_point"] != stage), reverse=True)
-    uid, gid = stage_ids(root, area, stage_id, settings)
+    uid, gid = bound_ids(root, area, stage_id, settings)
     request = helper.Request(
         stage_id=stage_id, state_root=root.path, area=area, uid=uid, gid=gid,
         mounts=tuple(relative), identities=(), budget_ms=max(1, int(settings.timing.response_seconds * 500)),
@@ -196,7 +196,7 @@ class Recovery:
     def _unborn(self, assessment: retirement.Assessment) -> Report:
         """Remove a stage whose journal was never begun, once nothing of it is left on the host."""
         stage_id = assessment.stage_id
-        with self.root.lease(stage_ids(self.root, STAGES, stage_id, self.settings)[0], wait_seconds=self.settings.lease_seconds):
+        with self.root.lease(bound_ids(self.root, STAGES, stage_id, self.settings)[0], wait_seconds=self.settings.lease_seconds):
             response = _remove_and_prove(self.root, STAGES, stage_id, self.settings)
             residue = remove_sandbox_residue(self.root, stage_id)
             removed = response.outcome == "CLEANED" and retirement.remove_unborn(self.root, stage_id)
