@@ -183,3 +183,57 @@ def test_a_forged_stage_makes_the_verdict_unverified(big, casebox, tmp_path):
     shutil.copyfile(first / JOURNAL_NAME, second / JOURNAL_NAME)
     result = evaluate(casebox, big, tmp_path / "forged-report", sorted(str(path) for path in forged.iterdir()))
     assert result.returncode == 3 and json.loads(result.stdout)["verdict"] == "UNVERIFIED"
+
+
+HOSTILE = """
+import json, os, signal
+seen = sorted(int(name) for name in os.listdir('/proc') if name.isdigit())
+try:
+    os.kill(-1, signal.SIGKILL)
+    killed = 'sent'
+except OSError as error:
+    killed = error.strerror
+print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "seen": seen, "kill": killed}))
+"""
+
+
+@pytest.mark.root
+def test_a_hostile_op_in_one_stage_cannot_touch_another_stage_running_at_once(tmp_path, sandbox_ids, sandbox_pool_size):
+    """S6, S13 with verify --jobs: two stages running at once, as verify runs them (a steward each, one state
+    root), are bound to different pairs of the pool, so their sandboxes run at the same time under different
+    uids. A hostile op in stage 2 sees no process of stage 1 and its kill(-1, SIGKILL) leaves stage 1's op
+    running to its own end. Were the uid shared, stage 2's sandbox could not start while stage 1's holds its
+    lease (one sandbox per uid), and this test would be refused waiting for it."""
+    import threading
+
+    from steward.session import Steward
+    from steward_support import ENV, accept_all, settings
+
+    if sandbox_pool_size < 2:
+        pytest.skip("needs CASEBOX_TEST_IDS of 2 or more")
+    state = str(tmp_path / "state")
+    stewards = [Steward(settings(state, sandbox_ids, ids=2, lease_seconds=5.0), capability_check=accept_all) for _ in range(2)]
+    try:
+        first, second = (steward.open_session(f"jobs-{n}") for n, steward in enumerate(stewards))
+        assert {first.uid, second.uid} == {sandbox_ids[0], sandbox_ids[0] + 1}
+        first.start_sandbox()
+        outcome = {}
+        sleeper = threading.Thread(target=lambda: outcome.update(op=first.run(
+            ["/usr/bin/sleep", "3"], env=ENV, timeout_ms=30_000, stdout_cap=1024, stderr_cap=1024)))
+        sleeper.start()
+        second.start_sandbox()
+        probe = second.run(["/usr/bin/python3", "-I", "-c", HOSTILE], env=ENV, timeout_ms=30_000, stdout_cap=65536, stderr_cap=65536)
+        second.close_sandbox()
+        sleeper.join(60)
+        first.close_sandbox()
+        report = json.loads(probe.observation.stdout.decode().strip().splitlines()[-1])
+        assert (report["uid"], report["gid"]) == (second.uid, second.gid) != (first.uid, first.gid)
+        assert len(report["seen"]) <= 2, "only its own pid 1 and itself"
+        observed = outcome["op"].observation
+        assert observed.limit == "OK" and os.WIFEXITED(observed.wait_status) and os.WEXITSTATUS(observed.wait_status) == 0
+        for session in (first, second):
+            closed = session.close()
+            assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
+    finally:
+        for steward in stewards:
+            steward.close()
