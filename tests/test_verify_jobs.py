@@ -1,5 +1,5 @@
 """Issue 14 (5): verify --jobs N runs an attempt as stages, each a session bound to a pair of the sandbox pool
-(S6: stages running at once never share a uid), each with its own journal, tombstone and evidence, folded by
+(S15: stages running at once never share a uid), each with its own journal, tombstone and evidence, folded by
 one evaluation; a missing or forged stage leaves its cases UNVERIFIED, never PASS."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_the_default_jobs_is_the_cores_up_to_four_and_the_pool(monkeypatch):
 
 
 def test_live_sessions_are_bound_to_different_uids_of_the_pool(tmp_path):
-    """S6, S13 with a pool: a binding is held for a session's life, so two live sessions never get one uid; a
+    """S15 (S6, S13 with a pool): a binding is held for a session's life, so two live sessions never get one uid; a
     third waits, and is refused naming sandbox_ids when none frees. Only lock files of this test's own state
     root are used, no process runs as these ids."""
     with StateRoot.open(str(tmp_path / "state")) as root:
@@ -199,7 +199,7 @@ print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "seen": seen, "kill": 
 
 @pytest.mark.root
 def test_a_hostile_op_in_one_stage_cannot_touch_another_stage_running_at_once(tmp_path, sandbox_ids, sandbox_pool_size):
-    """S6, S13 with verify --jobs: two stages running at once, as verify runs them (a steward each, one state
+    """S15 (S6, S13 with verify --jobs): two stages running at once, as verify runs them (a steward each, one state
     root), are bound to different pairs of the pool, so their sandboxes run at the same time under different
     uids. A hostile op in stage 2 sees no process of stage 1 and its kill(-1, SIGKILL) leaves stage 1's op
     running to its own end. Were the uid shared, stage 2's sandbox could not start while stage 1's holds its
