@@ -247,17 +247,18 @@ class Steward:
         """
         check_id(attempt_id, "attempt_id")
         settings = self.settings
-        pairs = dict(pool(settings))
+        pairs = pool(settings)
         binding = None
         try:
-            # S6: a live session holds its pair for its life, so stages running at once never share a uid.
-            binding = self.root.bind(tuple(pairs), wait_seconds=settings.lease_seconds, stop=self.stopping)
-            uid, gid = binding.uid, pairs[binding.uid]
+            # S15: a live session holds a free pair for its life, so stages running at once get different uids;
+            # with none free it shares the first, whose lease its sandboxes then wait for (S6).
+            binding = self.root.bind(tuple(uid for uid, _ in pairs))
+            uid, gid = pairs[0] if binding is None else (binding.uid, dict(pairs)[binding.uid])
             with self.root.lease(uid, wait_seconds=settings.lease_seconds, stop=self.stopping):
                 dedicated.require_unused(uid, gid)
                 # Made under the lease: recovery removes a stage whose journal was never begun only under it, so
                 # it never takes a stage this steward is still creating for one.
-                session = Session(self, attempt_id, client_uid, binding, gid)
+                session = Session(self, attempt_id, client_uid, binding, uid, gid)
         except Exception as error:
             if binding is not None:
                 binding.release()
@@ -285,11 +286,14 @@ class Steward:
 class Session:
     """One stage. Not thread-safe: one caller drives it, one call at a time."""
 
-    def __init__(self, steward: Steward, attempt_id: str, client_uid: int | None, binding: Lease, gid: int) -> None:
+    def __init__(
+        self, steward: Steward, attempt_id: str, client_uid: int | None, binding: Lease | None, uid: int, gid: int,
+    ) -> None:
         self.steward = steward
-        # The pool pair this session is bound to: every sandbox, output and cleanup of the stage uses it.
+        # The pool pair of this session (its own while ``binding`` is held, else shared): every sandbox, output
+        # and cleanup of the stage uses it.
         self.binding = binding
-        self.uid, self.gid = binding.uid, gid
+        self.uid, self.gid = uid, gid
         self.settings = steward.settings
         self.root = steward.root
         self.hook = steward.hook
@@ -696,7 +700,8 @@ class Session:
         self.documents_fd = self.live_fd = self.outputs_fd = self.evidence_fd = self.stage_fd = -1
         self.ledger.close()
         self.writer.close()
-        self.binding.release()
+        if self.binding is not None:
+            self.binding.release()
 
     def _export(self, evidence_fd: int) -> tuple[str, ...]:
         tombstone = open_directory_at(self.root.area(TOMBSTONES), self.stage_id, self.root.path_of(TOMBSTONES, self.stage_id))

@@ -262,16 +262,23 @@ class StateRoot:
         )
         return self._hold([(f"uid-{uid}", uid)], wait_seconds=wait_seconds, stop=stop, refusal=refusal)
 
-    def bind(self, uids: tuple[int, ...], *, wait_seconds: float, stop: threading.Event | None = None) -> Lease:
-        """Bind a new session to the first uid of the pool no live session is bound to (S6: stages running at
-        once never share a sandbox uid), waiting at most ``wait_seconds`` for one to be free. The binding is
-        held for the session's life; each sandbox still takes the uid's :meth:`lease`."""
-        refusal = Refused(
-            "sandbox_ids",
-            f"every one of the {len(uids)} sandbox uids is bound to another session for more than {wait_seconds:g} s; "
-            "wait for a session to end, or configure more sandbox_ids",
-        )
-        return self._hold([(f"bound-{uid}", uid) for uid in uids], wait_seconds=wait_seconds, stop=stop, refusal=refusal)
+    def bind(self, uids: tuple[int, ...]) -> Lease | None:
+        """Bind a new session to the first uid of the pool no live session is bound to (S15: stages running at
+        once get different sandbox uids while the pool has one free), held for the session's life; None when
+        every uid is bound: the session then shares one, and its sandboxes take turns with the others' on that
+        uid's :meth:`lease` (S6 holds per sandbox either way)."""
+        for uid in uids:
+            fd = self._lock_file(f"bound-{uid}")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            return Lease(fd, uid)
+        return None
 
     def close(self) -> None:
         for fd in self._areas.values():

@@ -19,7 +19,7 @@ from journal.files import JOURNAL_NAME
 from journal.reader import Verdict, read_journal
 from steward import dedicated
 from steward.stateroot import StateRoot
-from test_verify import EXAMPLES, packed
+from test_verify import EXAMPLES, attempt, packed, refused, world  # noqa: F401
 
 IMPORT = {"op": "python-module", "args": ["demo_core"], "timeout_ms": 30000, "expect_exit": 0}
 
@@ -60,6 +60,13 @@ def test_a_bad_jobs_count_is_refused(given):
     assert refusal.value.where == "--jobs" and "sandbox_ids" in refusal.value.rule
 
 
+@pytest.mark.parametrize("given", ["0", "2", "x"])
+def test_verify_refuses_a_bad_jobs_before_anything_is_written(casebox, attempt, given):
+    """Bad input: verify --jobs past the configured pool (here one pair) or not a count is exit 64, one
+    sentence naming --jobs, and no evidence directory or scratch left."""
+    assert "sandbox_ids" in refused(casebox, {**attempt, "--jobs": given}, "--jobs")
+
+
 def test_the_default_jobs_is_the_cores_up_to_four_and_the_pool(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert check_jobs(None, 64) == 4 and check_jobs(None, 2) == 2 and check_jobs("3", 3) == 3
@@ -68,19 +75,35 @@ def test_the_default_jobs_is_the_cores_up_to_four_and_the_pool(monkeypatch):
 
 
 def test_live_sessions_are_bound_to_different_uids_of_the_pool(tmp_path):
-    """S15 (S6, S13 with a pool): a binding is held for a session's life, so two live sessions never get one uid; a
-    third waits, and is refused naming sandbox_ids when none frees. Only lock files of this test's own state
-    root are used, no process runs as these ids."""
+    """S15 (S6, S13 with a pool): a binding is held for a session's life, so two live sessions never get one
+    uid while the pool has a free one; with none free there is no binding (the session shares a uid and its
+    sandboxes take turns on its lease); a released pair is bound again. Only lock files of this test's own
+    state root are used, no process runs as these ids."""
     with StateRoot.open(str(tmp_path / "state")) as root:
-        first = root.bind((10, 11), wait_seconds=0)
-        second = root.bind((10, 11), wait_seconds=0)
+        first = root.bind((10, 11))
+        second = root.bind((10, 11))
         assert {first.uid, second.uid} == {10, 11}
-        with pytest.raises(Refused) as refusal:
-            root.bind((10, 11), wait_seconds=0.05)
-        assert refusal.value.where == "sandbox_ids"
+        assert root.bind((10, 11)) is None
         first.release()
-        assert root.bind((10, 11), wait_seconds=0).uid == first.uid
+        again = root.bind((10, 11))
+        assert again.uid == first.uid
         second.release()
+        again.release()
+
+
+def test_a_session_beyond_the_pool_shares_its_first_pair(tmp_path, sandbox_ids):
+    """S15: the default pool of one pair still serves two live sessions at once (as before the pool): the
+    second is not bound, shares the pair, and its sandbox waits for the first's lease (S6 per sandbox)."""
+    from steward.session import Steward
+    from steward_support import accept_all, settings
+
+    with Steward(settings(str(tmp_path / "state"), sandbox_ids, lease_seconds=0.2), capability_check=accept_all) as steward:
+        first = steward.open_session("jobs-1")
+        second = steward.open_session("jobs-2")
+        assert (first.uid, second.uid) == (sandbox_ids[0], sandbox_ids[0])
+        assert first.binding is not None and second.binding is None
+        for session in (first, second):
+            assert session.close().cleanup == "CLEANED"
 
 
 def test_the_config_pool_is_consecutive_pairs_and_bounded(tmp_path):
