@@ -260,3 +260,40 @@ def test_a_hostile_op_in_one_stage_cannot_touch_another_stage_running_at_once(tm
     finally:
         for steward in stewards:
             steward.close()
+
+
+@pytest.mark.root
+def test_recovery_cleans_up_as_the_pair_the_stage_was_bound_to(tmp_path, sandbox_ids, sandbox_pool_size):
+    """S15, C4: a stage bound to the pool's second pair whose steward died is finished by recovery as that
+    pair: a process left running as the stage's uid is killed, and the stage is sealed. Cleaning up as the
+    pool's first pair instead would leave it running and claim CLEANED."""
+    import subprocess
+    import time
+
+    from steward.recovery import Recovery
+    from steward.session import Steward
+    from steward_support import accept_all, settings
+
+    if sandbox_pool_size < 2:
+        pytest.skip("needs CASEBOX_TEST_IDS of 2 or more")
+    state = str(tmp_path / "state")
+    pool = settings(state, sandbox_ids, ids=2)
+    with Steward(pool, capability_check=accept_all) as steward:
+        holder = steward.open_session("jobs-holder")
+        crashed = steward.open_session("jobs-crashed")
+        assert crashed.uid == sandbox_ids[0] + 1
+        crashed._release()  # its steward "dies": the journal's lock and the binding go, the stage stays ACTIVE
+        left = subprocess.Popen(["/usr/bin/sleep", "60"], user=crashed.uid, group=crashed.gid)
+        try:
+            with StateRoot.open(state) as root:
+                report = Recovery(root, pool).recover(crashed.stage_id)
+            deadline = time.monotonic() + 10
+            while left.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert left.poll() is not None, "recovery left the stage's uid running"
+            assert report.ok and report.after == "SEALED", report
+        finally:
+            if left.poll() is None:
+                left.kill()
+            left.wait()
+        assert holder.close().cleanup == "CLEANED"
