@@ -84,19 +84,36 @@ class Attempt:
     index_url: str | None = None
     installer: str | None = None
     python: str | None = None
+    # How many stages run at once (verify --jobs); the caller checked it against the sandbox pool.
+    jobs: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of an attempt: its evidence directory and its sealed tombstone."""
+
+    evidence: str
+    tombstone: str
 
 
 @dataclasses.dataclass(frozen=True)
 class Verified:
-    """The end of an attempt: the report, the evidence and tombstone paths, the cases' runs and any notes."""
+    """The end of an attempt: the report, the evidence directory and every stage, the cases' runs and any notes.
+
+    With one stage ``evidence`` is that stage's evidence directory; with more it holds one directory per stage."""
 
     report: Report
     evidence: str
-    tombstone: str
+    stages: tuple[Stage, ...]
     runs: tuple[CaseRun, ...]
     notes: tuple[str, ...]
     steward: str
     runtime: str = ""
+
+    @property
+    def tombstone(self) -> str | None:
+        """The one stage's tombstone; None when the attempt ran as several stages (each has its own)."""
+        return self.stages[0].tombstone if len(self.stages) == 1 else None
 
 
 def preparation_phases(started) -> tuple[tuple[str, str], ...]:
@@ -120,19 +137,23 @@ def load_plan(path: str) -> Plan:
     return plan
 
 
-def shard_cases(plan: Plan, shard: tuple[int, int] | None, state_root: str) -> list[tuple[int, Case]]:
-    """(plan index, case) of every case this attempt runs, refused past what one stage's journal holds (J2)."""
+def attempt_cases(plan: Plan, shard: tuple[int, int] | None) -> list[tuple[int, Case]]:
+    """(plan index, case) of every case this attempt runs: the plan's, or its shard's."""
     chosen = plan.cases if shard is None else cases_for_shard(plan, *shard)
-    cases = [(plan.cases.index(case), case) for case in chosen]
-    applicable = sum(1 for _, case in cases if case.applicable)
+    return [(plan.cases.index(case), case) for case in chosen]
+
+
+def split_stages(cases: list[tuple[int, Case]], jobs: int, state_root: str) -> list[list[tuple[int, Case]]]:
+    """The attempt's cases as stages, one session each (verify --jobs): the fewest stages, at least ``jobs``
+    (never more than there are cases), such that no stage holds more applicable cases than its journal has
+    room for (J2). Case k of the attempt goes to stage k mod s + 1, the rule a shard uses (executor/shard.py)."""
     room = cases_per_stage(state_root)
-    if applicable > room:
-        raise Refused(
-            "--shard" if shard else "--plan",
-            f"gives one stage {applicable} applicable cases, more than the {room} its journal has room for; "
-            "split the plan across stages with --shard i/n (casebox plan shard)",
-        )
-    return cases
+    count = max(1, min(jobs, len(cases)))
+    while True:
+        stages = [cases[index::count] for index in range(count)]
+        if count >= len(cases) or all(sum(1 for _, case in stage if case.applicable) <= room for stage in stages):
+            return stages
+        count += 1
 
 
 def _tools() -> dict[str, bytes]:
@@ -186,12 +207,18 @@ def _evidence_directory(path: str) -> tuple[int, bool]:
     return fd, made
 
 
+def stage_evidence(evidence: str, count: int) -> list[str]:
+    """Where each stage's evidence goes: ``evidence`` itself for one stage, else ``evidence/stage-i`` (1 to count)."""
+    return [evidence] if count == 1 else [os.path.join(evidence, f"stage-{index}") for index in range(1, count + 1)]
+
+
 def run_attempt(config: Config, request: Attempt, *, progress: Progress, embedded: bool = False) -> Verified:
     """Run the attempt; refusals (exit 64) come before anything is written. ``embedded``: never the daemon."""
     for path in remove_abandoned():
         progress(f"removed {path}: a verification that was killed left it")
     plan = load_plan(request.plan)
-    cases = shard_cases(plan, request.shard, config.state_root)
+    cases = attempt_cases(plan, request.shard)
+    stages = split_stages(cases, request.jobs, config.state_root)
     progress.expect([case for _, case in cases])
     capabilities: list[DirectoryCapability] = []
     scratch = Scratch()
@@ -209,20 +236,40 @@ def run_attempt(config: Config, request: Attempt, *, progress: Progress, embedde
             # F4, then every sandbox sees it read-only at the path it has here (docs/pipeline.md, "The runtime").
             prefix = open_capability(runtime.prefix, state_root=config.state_root)
             capabilities.append(DirectoryCapability(runtimes.CAPABILITY, prefix, mount=runtime.prefix))
-        capabilities.append(scratch.directory("tools", _tools()))
-        evidence_fd, made = _evidence_directory(request.evidence)
-        # Only now: a refusal above is the one sentence on stderr (F1), with no progress line before it.
-        progress("preflight passed: the bundle copied privately and hashed, the evidence directory empty")
+        if len(stages) == 1:
+            capabilities.append(scratch.directory("tools", _tools()))
+        paths = stage_evidence(request.evidence, len(stages))
+        made: list[str] = []
+        evidence_fds: list[int] = []
         try:
-            return _attempt(config, request, plan, cases, capabilities, scratch, runtime, index_fd, evidence_fd, progress, embedded)
+            if len(stages) > 1:
+                parent_fd, parent_made = _evidence_directory(request.evidence)
+                os.close(parent_fd)
+                made += [request.evidence] if parent_made else []
+            for path in paths:
+                fd, was_made = _evidence_directory(path)
+                evidence_fds.append(fd)
+                made += [path] if was_made else []
+            # Only now: a refusal above is the one sentence on stderr (F1), with no progress line before it.
+            progress("preflight passed: the bundle copied privately and hashed, the evidence directory empty")
+            if len(stages) > 1:
+                progress(f"running the attempt as {len(stages)} stages, {min(request.jobs, len(stages))} at once, "
+                         f"each with its own session, sandbox uid, journal, tombstone and evidence in {request.evidence}")
+            return _stages(config, request, plan, cases, stages, capabilities, scratch, runtime, index_fd, paths,
+                           evidence_fds, progress, embedded)
         except BaseException as error:
-            if made and not os.listdir(evidence_fd):
-                os.rmdir(request.evidence)
+            # What this attempt made and left empty goes again, deepest first.
+            for path in reversed(made):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
             if isinstance(error, SandboxFailure):
                 raise InternalFailure(str(error)) from None
             raise
         finally:
-            os.close(evidence_fd)
+            for fd in evidence_fds:
+                os.close(fd)
     finally:
         for capability in capabilities:
             if capability.state == "open":
@@ -232,19 +279,88 @@ def run_attempt(config: Config, request: Attempt, *, progress: Progress, embedde
         scratch.close()
 
 
-def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index_fd, evidence_fd, progress, embedded) -> Verified:
-    progress(f"opening a session for attempt {request.attempt_id}")
+def _stages(config, request, plan, cases, stages, capabilities, scratch, runtime, index_fd, paths, evidence_fds,
+            progress, embedded) -> Verified:
+    """Every stage (one session each, at most ``request.jobs`` at once), then one evaluation of all their evidence."""
+    if len(stages) == 1:
+        ran = [_attempt(config, request, plan, stages[0], capabilities, scratch, runtime, index_fd, evidence_fds[0], progress, embedded)]
+    else:
+        ran = _parallel(config, request, plan, stages, capabilities, runtime, index_fd, evidence_fds, progress, embedded)
+    progress("evaluating the evidence")
+    # One rule for one stage and for many: evaluate folds every stage's receipts, each checked against its own
+    # sealed journal; a stage whose evidence is missing or forged leaves its cases UNVERIFIED.
+    judged = frozenset(case.id for _, case in cases)
+    expected = Expected(plan, request.attempt_id, request.sha256, request.attempt_number, judged)
+    report = evaluate(expected, paths)
+    progress.judged(report)
+    return Verified(
+        report, request.evidence, tuple(Stage(path, closed.tombstone) for path, (closed, _, _, _) in zip(paths, ran)),
+        tuple(run for _, runs, _, _ in ran for run in runs), tuple(note for _, _, notes, _ in ran for note in notes),
+        ran[0][3], runtime.label,
+    )
+
+
+def _parallel(config, request, plan, stages, capabilities, runtime, index_fd, evidence_fds, progress, embedded) -> list:
+    """The stages on worker threads, each with copies of the shared capabilities and a scratch directory of its own.
+
+    Every stage runs to its end (closed, or abandoned on its own failure) before the first failure is raised,
+    so no session is left open. An interrupt halts every open session's ops; each stage then ends as usual."""
+    import concurrent.futures
+
+    sessions_open: list = []
+
+    def one(index: int):
+        own = Scratch()
+        try:
+            copies = [capability.copy() for capability in capabilities]
+            try:
+                copies.append(own.directory("tools", _tools()))
+                return _attempt(config, request, plan, stages[index], copies, own, runtime, index_fd, evidence_fds[index],
+                                progress, embedded, opened=sessions_open.append, label=f"stage {index + 1}/{len(stages)}: ")
+            finally:
+                for copy in copies:
+                    if copy.state == "open":
+                        copy.close()
+        finally:
+            own.close()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(request.jobs, len(stages))) as pool:
+        futures = [pool.submit(one, index) for index in range(len(stages))]
+        try:
+            concurrent.futures.wait(futures)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            for session in list(sessions_open):
+                session.halt()
+            concurrent.futures.wait(futures)
+            raise
+    failures = [future.exception() for future in futures if future.exception() is not None]
+    if failures:
+        raise failures[0]
+    return [future.result() for future in futures]
+
+
+def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index_fd, evidence_fd, progress, embedded,
+             *, opened=None, label: str = ""):
+    """One stage: its session, its cases, its close and export; (closed, runs, notes, steward)."""
+    def say(line: str) -> None:
+        progress(label + line)
+
+    say(f"opening a session for attempt {request.attempt_id}")
     session = sessions.open_session(config, request.attempt_id, embedded=embedded)
+    if opened is not None:
+        opened(session)
     steward = sessions.steward_of(session, config)
-    progress(f"steward: {steward}")
+    say(f"steward: {steward}")
     closing = False
     try:
         for capability in capabilities:
             capability.hand_to(session)
         gate = Gate(session, always=runtime.capabilities)
-        service = CaseService(gate, session, runtime=runtime, plan=plan, progress=progress, finished=progress.finished)
+        service = CaseService(gate, session, runtime=runtime, plan=plan, progress=say, finished=progress.finished)
         preparer = Preparer(
-            gate, session, scratch=scratch, runtime=runtime, index_fd=index_fd, index_url=request.index_url, progress=progress,
+            gate, session, scratch=scratch, runtime=runtime, index_fd=index_fd, index_url=request.index_url, progress=say,
         )
         runs, notes = _cases(session, gate, service, preparer, request, plan, cases, runtime)
         if preparer.networked:
@@ -252,7 +368,7 @@ def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index
                 f"the index network (the steward's forwarder to {request.index_url} and its file hosts, nothing else) "
                 f"was given to the resolver and fetch sandboxes only ({', '.join(preparer.networked)})"
             )
-        progress("cleanup and retirement")
+        say("cleanup and retirement")
         closing = True
         changed = runtime.changed()
         if changed is None:
@@ -271,12 +387,7 @@ def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index
             except Exception:
                 pass
         raise
-    progress("evaluating the evidence")
-    judged = frozenset(case.id for _, case in cases)
-    expected = Expected(plan, request.attempt_id, request.sha256, request.attempt_number, judged)
-    report = evaluate(expected, [request.evidence])
-    progress.judged(report)
-    return Verified(report, request.evidence, closed.tombstone, tuple(runs), tuple(notes), steward, runtime.label)
+    return closed, runs, [label + note for note in notes], steward
 
 
 def _cases(session, gate, service, preparer, request, plan, cases, runtime) -> tuple[list[CaseRun], list[str]]:

@@ -9,13 +9,20 @@ from journal.errors import Refused
 
 def processes_using(uid: int, gid: int) -> list[tuple[int, str]]:
     """(pid, name) of every live process whose real, effective or saved UID or GID is the pair's."""
+    return processes_using_any([(uid, gid)])
+
+
+def processes_using_any(pairs) -> list[tuple[int, str]]:
+    """(pid, name) of every live process using any (uid, gid) of ``pairs`` (a sandbox pool), in one scan."""
+    wanted_uids = {uid for uid, _ in pairs}
+    wanted_gids = {gid for _, gid in pairs}
     found = []
     # Only the ids are read for every process (one /proc/PID/status each); the
     # name, which costs another read, only for a process that uses the pair.
     for process in psutil.process_iter(["uids", "gids"]):
         info = process.info
         uids, gids = info.get("uids"), info.get("gids")
-        if (uids is not None and uid in tuple(uids)) or (gids is not None and gid in tuple(gids)):
+        if (uids is not None and wanted_uids.intersection(uids)) or (gids is not None and wanted_gids.intersection(gids)):
             found.append((process.pid, _name(process)))
     return found
 
@@ -38,3 +45,29 @@ def require_unused(uid: int, gid: int) -> None:
             f"process {pid} ({name}){more} already runs as it; the sandbox ids must be dedicated and unused "
             "(stop those processes or configure another sandbox_uid/sandbox_gid)",
         )
+
+
+# The stage's own sandbox id pair, written once right after its GENESIS: recovery cleans up as the ids the
+# stage's sandboxes ran as, whichever pair of the pool its session was bound to.
+IDS_NAME = "sandbox-ids"
+_IDS_MAX_BYTES = 64
+
+
+def record_ids(stage_fd: int, uid: int, gid: int, shown: str) -> None:
+    from journal.createonly import publish_once
+
+    publish_once(stage_fd, IDS_NAME, f"{uid} {gid}\n".encode("ascii"), mode=0o400, shown=f"{shown}/{IDS_NAME}")
+
+
+def recorded_ids(stage_fd: int, default: tuple[int, int], shown: str) -> tuple[int, int]:
+    """The pair the stage recorded; ``default`` (the pool's first) when it has none, which only a stage made
+    before the pool or one whose steward stopped before any sandbox could start lacks."""
+    from journal.files import read_evidence
+
+    data = read_evidence(stage_fd, IDS_NAME, _IDS_MAX_BYTES)
+    if data is None:
+        return default
+    parts = data.decode("ascii", "replace").split()
+    if len(parts) != 2 or not all(part.isdigit() and 1 <= int(part) <= 2**32 - 2 for part in parts):
+        raise Refused(f"{shown}/{IDS_NAME}", "must hold a sandbox uid and gid")
+    return int(parts[0]), int(parts[1])

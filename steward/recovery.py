@@ -47,7 +47,7 @@ from journal.files import JOURNAL_NAME, read_evidence
 from journal.format import Kind
 from journal.reader import Reading
 from journal.writer import JournalWriter
-from steward import cgroups, cleanup, documents, helper, inventory, retirement
+from steward import cgroups, cleanup, dedicated, documents, helper, inventory, retirement
 from steward.session import Settings
 from steward.stateroot import STAGES, STAGING, TOMBSTONES, StateRoot, open_directory_at
 
@@ -107,9 +107,21 @@ def remove_sandbox_residue(root: StateRoot, stage_id: str) -> list[str]:
     return removed
 
 
+def bound_ids(root: StateRoot, area: str, stage_id: str, settings: Settings) -> tuple[int, int]:
+    """The sandbox pair the stage's session was bound to (the pool's first when the stage recorded none)."""
+    try:
+        fd = root.open_entry(area, stage_id)
+    except FileNotFoundError:
+        return settings.uid, settings.gid
+    try:
+        return dedicated.recorded_ids(fd, (settings.uid, settings.gid), root.path_of(area, stage_id))
+    finally:
+        os.close(fd)
+
+
 def _hygiene(root: StateRoot, area: str, stage_id: str, settings: Settings) -> helper.Response:
-    """Kill processes of the dedicated ids and detach mounts under the stage, under the lease; no record is written."""
-    with root.lease(settings.uid, wait_seconds=settings.lease_seconds):
+    """Kill processes of the stage's sandbox ids and detach mounts under the stage, under the lease; no record is written."""
+    with root.lease(bound_ids(root, area, stage_id, settings)[0], wait_seconds=settings.lease_seconds):
         return _remove_and_prove(root, area, stage_id, settings)
 
 
@@ -118,8 +130,9 @@ def _remove_and_prove(root: StateRoot, area: str, stage_id: str, settings: Setti
     stage = root.path_of(area, stage_id)
     mounted = inventory.mount_document(inventory.read_mountinfo(), root.path, stage)["under_stage"]
     relative = sorted((entry["mount_point"][len(stage) + 1:] for entry in mounted if entry["mount_point"] != stage), reverse=True)
+    uid, gid = bound_ids(root, area, stage_id, settings)
     request = helper.Request(
-        stage_id=stage_id, state_root=root.path, area=area, uid=settings.uid, gid=settings.gid,
+        stage_id=stage_id, state_root=root.path, area=area, uid=uid, gid=gid,
         mounts=tuple(relative), identities=(), budget_ms=max(1, int(settings.timing.response_seconds * 500)),
     )
     return helper.remove_and_prove(request)
@@ -183,7 +196,7 @@ class Recovery:
     def _unborn(self, assessment: retirement.Assessment) -> Report:
         """Remove a stage whose journal was never begun, once nothing of it is left on the host."""
         stage_id = assessment.stage_id
-        with self.root.lease(self.settings.uid, wait_seconds=self.settings.lease_seconds):
+        with self.root.lease(bound_ids(self.root, STAGES, stage_id, self.settings)[0], wait_seconds=self.settings.lease_seconds):
             response = _remove_and_prove(self.root, STAGES, stage_id, self.settings)
             residue = remove_sandbox_residue(self.root, stage_id)
             removed = response.outcome == "CLEANED" and retirement.remove_unborn(self.root, stage_id)
@@ -210,9 +223,10 @@ class Recovery:
                         claims = _outer_claims(documents_fd, last.fields["process_inventory_digest"])
                         diagnostic = cleanup.journal_diagnostic(reading, "RECOVERED", last.fields["outcome"] == "CLEANED", claims)
                     else:
+                        uid, gid = dedicated.recorded_ids(stage_fd, (self.settings.uid, self.settings.gid), self.root.path_of(STAGES, stage_id))
                         diagnostic = cleanup.Cleaner(
                             root=self.root, area=STAGES, stage_id=stage_id, stage_fd=stage_fd, documents_fd=documents_fd,
-                            writer=writer, uid=self.settings.uid, gid=self.settings.gid,
+                            writer=writer, uid=uid, gid=gid,
                             lease_seconds=self.settings.lease_seconds, reaper="cleanup", ending="RECOVERED",
                             timing=self.settings.timing, command=self.settings.helper_command, hook=self.hook,
                         ).clean().diagnostic

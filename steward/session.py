@@ -89,10 +89,17 @@ class Settings:
     uid: int
     gid: int
     lease_seconds: float = 120.0
+    # The pool's size: the pairs (uid + n, gid + n) for n below it (config sandbox_ids); one per live session.
+    ids: int = 1
     timing: helperattempts.Timing = helperattempts.Timing()
     helper_command: tuple[str, ...] = helperattempts.HELPER_COMMAND
     # The hosts besides the index's own that an index sandbox's forwarder may reach (``index_file_hosts``).
     index_file_hosts: tuple[str, ...] = ()
+
+
+def pool(settings: Settings) -> tuple[tuple[int, int], ...]:
+    """(uid, gid) of every pair of the sandbox pool, in order."""
+    return tuple((settings.uid + n, settings.gid + n) for n in range(settings.ids))
 
 
 class SessionLedger:
@@ -240,17 +247,29 @@ class Steward:
         """
         check_id(attempt_id, "attempt_id")
         settings = self.settings
+        pairs = pool(settings)
+        binding = None
         try:
-            with self.root.lease(settings.uid, wait_seconds=settings.lease_seconds, stop=self.stopping):
-                dedicated.require_unused(settings.uid, settings.gid)
+            # S15: a live session holds a free pair for its life, so stages running at once get different uids;
+            # with none free it shares the first, whose lease its sandboxes then wait for (S6).
+            binding = self.root.bind(tuple(uid for uid, _ in pairs))
+            uid, gid = pairs[0] if binding is None else (binding.uid, dict(pairs)[binding.uid])
+            with self.root.lease(uid, wait_seconds=settings.lease_seconds, stop=self.stopping):
+                dedicated.require_unused(uid, gid)
                 # Made under the lease: recovery removes a stage whose journal was never begun only under it, so
                 # it never takes a stage this steward is still creating for one.
-                session = Session(self, attempt_id, client_uid)
+                session = Session(self, attempt_id, client_uid, binding, uid, gid)
         except Exception as error:
+            if binding is not None:
+                binding.release()
             sentence = self.root.space_failure(error)
             if sentence is None:
                 raise
             raise SandboxFailure(sentence) from None
+        except BaseException:
+            if binding is not None:
+                binding.release()
+            raise
         session.single = single
         return session
 
@@ -267,8 +286,14 @@ class Steward:
 class Session:
     """One stage. Not thread-safe: one caller drives it, one call at a time."""
 
-    def __init__(self, steward: Steward, attempt_id: str, client_uid: int | None) -> None:
+    def __init__(
+        self, steward: Steward, attempt_id: str, client_uid: int | None, binding: Lease | None, uid: int, gid: int,
+    ) -> None:
         self.steward = steward
+        # The pool pair of this session (its own while ``binding`` is held, else shared): every sandbox, output
+        # and cleanup of the stage uses it.
+        self.binding = binding
+        self.uid, self.gid = uid, gid
         self.settings = steward.settings
         self.root = steward.root
         self.hook = steward.hook
@@ -305,6 +330,7 @@ class Session:
         self.ledger = SessionLedger(self.writer, self.hook)
         self.documents_fd = self.live_fd = self.outputs_fd = self.evidence_fd = -1
         try:
+            dedicated.record_ids(self.stage_fd, self.uid, self.gid, self.stage_path)
             self.documents_fd = self._subdirectory(documents.DOCUMENTS)
             self.live_fd = self._subdirectory(outputs.LIVE)
             self.outputs_fd = self._subdirectory(outputs.OUTPUTS)
@@ -373,8 +399,8 @@ class Session:
         if not (api.MIB <= max_bytes <= MAX_OUTPUT_BYTES and 16 <= max_inodes <= 1_000_000):
             raise Refused(f"output {name}", f"needs 1 MiB to {MAX_OUTPUT_BYTES} bytes and 16 to 1,000,000 inodes")
         outputs.mount_live(
-            self.live_fd, name, target=f"{self.stage_path}/{outputs.LIVE}/{name}", uid=self.settings.uid,
-            gid=self.settings.gid, max_bytes=max_bytes, max_inodes=max_inodes, ledger=self.ledger,
+            self.live_fd, name, target=f"{self.stage_path}/{outputs.LIVE}/{name}", uid=self.uid,
+            gid=self.gid, max_bytes=max_bytes, max_inodes=max_inodes, ledger=self.ledger,
         )
         self.live[name] = True
 
@@ -457,7 +483,7 @@ class Session:
             if name not in self.live:
                 raise Refused(f"write {name}", "is not an unsealed output of this session")
         opened: list[int] = []
-        lease = self.root.lease(self.settings.uid, wait_seconds=self.settings.lease_seconds, stop=self.steward.stopping)
+        lease = self.root.lease(self.uid, wait_seconds=self.settings.lease_seconds, stop=self.steward.stopping)
         try:
             capabilities, mounts = [], []
             for name in read:
@@ -475,7 +501,7 @@ class Session:
                 writable.append((name, fd))
             self.sandboxes += 1
             spec = Spec(
-                self.settings.uid, self.settings.gid, tuple(capabilities), limits, tuple(writable), network, tuple(mounts),
+                self.uid, self.gid, tuple(capabilities), limits, tuple(writable), network, tuple(mounts),
                 destinations,
             )
             suffix = NETWORK_SANDBOX_SUFFIX if network == api.INDEX_NETWORK else ""
@@ -626,7 +652,7 @@ class Session:
             self._take_down()
             result = cleanup.Cleaner(
                 root=self.root, area=STAGES, stage_id=self.stage_id, stage_fd=self.stage_fd,
-                documents_fd=self.documents_fd, writer=self.ledger, uid=self.settings.uid, gid=self.settings.gid,
+                documents_fd=self.documents_fd, writer=self.ledger, uid=self.uid, gid=self.gid,
                 lease_seconds=self.settings.lease_seconds, reaper="steward", ending=ending,
                 timing=self.settings.timing, command=self.settings.helper_command,
                 handles=self.ledger.handles, outer=self.outer, hook=self.hook,
@@ -674,6 +700,8 @@ class Session:
         self.documents_fd = self.live_fd = self.outputs_fd = self.evidence_fd = self.stage_fd = -1
         self.ledger.close()
         self.writer.close()
+        if self.binding is not None:
+            self.binding.release()
 
     def _export(self, evidence_fd: int) -> tuple[str, ...]:
         tombstone = open_directory_at(self.root.area(TOMBSTONES), self.stage_id, self.root.path_of(TOMBSTONES, self.stage_id))

@@ -207,12 +207,8 @@ class StateRoot:
             )
         return None
 
-    def lease(self, uid: int, *, wait_seconds: float, stop: threading.Event | None = None) -> Lease:
-        """Take the lease on ``uid``, waiting at most ``wait_seconds`` for another session to release it.
-
-        ``stop``: an event that ends the wait when set (the daemon stopping): then no new sandbox starts.
-        """
-        name = f"uid-{uid}"
+    def _lock_file(self, name: str) -> int:
+        """The root-owned regular lock file ``locks/<name>``, opened (created when absent)."""
         shown = self.path_of(LOCKS, name)
         try:
             fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self._areas[LOCKS])
@@ -224,25 +220,65 @@ class StateRoot:
             info = check_root_owned(fd, shown)
             if not stat.S_ISREG(info.st_mode):
                 raise Refused(shown, "must be a regular file")
-            deadline = time.monotonic() + wait_seconds
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return Lease(fd, uid)
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise Refused(
-                            f"sandbox uid {uid}",
-                            f"is leased by another session for more than {wait_seconds:g} s; one session at a time "
-                            "runs sandboxes as a dedicated UID (try again, or configure another sandbox_uid)",
-                        ) from None
-                    if stop is None:
-                        time.sleep(_LEASE_POLL_SECONDS)
-                    elif stop.wait(_LEASE_POLL_SECONDS):
-                        raise SandboxFailure("the steward is stopping; it starts nothing new")
         except BaseException:
             os.close(fd)
             raise
+        return fd
+
+    def _hold(self, names: list[tuple[str, int]], *, wait_seconds: float, stop: threading.Event | None, refusal) -> Lease:
+        """The first of ``names`` (lock file, uid) that can be locked, polling until ``wait_seconds`` pass."""
+        fds = []
+        try:
+            for name, _ in names:
+                fds.append(self._lock_file(name))
+            deadline = time.monotonic() + wait_seconds
+            while True:
+                for index, fd in enumerate(fds):
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    fds.pop(index)
+                    return Lease(fd, names[index][1])
+                if time.monotonic() >= deadline:
+                    raise refusal
+                if stop is None:
+                    time.sleep(_LEASE_POLL_SECONDS)
+                elif stop.wait(_LEASE_POLL_SECONDS):
+                    raise SandboxFailure("the steward is stopping; it starts nothing new")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def lease(self, uid: int, *, wait_seconds: float, stop: threading.Event | None = None) -> Lease:
+        """Take the lease on ``uid``, waiting at most ``wait_seconds`` for another session to release it.
+
+        ``stop``: an event that ends the wait when set (the daemon stopping): then no new sandbox starts.
+        """
+        refusal = Refused(
+            f"sandbox uid {uid}",
+            f"is leased by another session for more than {wait_seconds:g} s; one session at a time "
+            "runs sandboxes as a dedicated UID (try again, or configure another sandbox_uid)",
+        )
+        return self._hold([(f"uid-{uid}", uid)], wait_seconds=wait_seconds, stop=stop, refusal=refusal)
+
+    def bind(self, uids: tuple[int, ...]) -> Lease | None:
+        """Bind a new session to the first uid of the pool no live session is bound to (S15: stages running at
+        once get different sandbox uids while the pool has one free), held for the session's life; None when
+        every uid is bound: the session then shares one, and its sandboxes take turns with the others' on that
+        uid's :meth:`lease` (S6 holds per sandbox either way)."""
+        for uid in uids:
+            fd = self._lock_file(f"bound-{uid}")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            return Lease(fd, uid)
+        return None
 
     def close(self) -> None:
         for fd in self._areas.values():

@@ -88,6 +88,14 @@ def sandbox_ids() -> tuple[int, int]:
 
 
 @pytest.fixture(scope="session")
+def sandbox_pool_size() -> int:
+    """How many consecutive (uid, gid) pairs from the dedicated pair this run may use as its sandbox pool
+    (config sandbox_ids, verify --jobs): CASEBOX_TEST_IDS, default 1, so one CASEBOX_TEST_UID is enough and a
+    test that needs two pairs is skipped."""
+    return int(os.environ.get("CASEBOX_TEST_IDS", "1"))
+
+
+@pytest.fixture(scope="session")
 def other_ids(sandbox_ids) -> tuple[int, int]:
     """A (uid, gid) that is this run's too but not the dedicated pair: for a bystander process or a socket
     group. Far from the dedicated ids, so it is never another side-by-side suite's dedicated pair."""

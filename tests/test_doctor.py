@@ -130,3 +130,24 @@ def test_a_state_root_that_is_a_file_is_refused_not_reported_well(capsys, tmp_pa
     state = tmp_path / "state"
     state.write_text("not a directory")
     casebox.refused("doctor", "--state-root", str(state), naming=str(state))
+
+
+@pytest.mark.root
+def test_a_process_using_any_pair_of_the_pool_fails_the_host(capsys, sandbox_ids, sandbox_pool_size, tmp_path):
+    """S6 with a pool (config sandbox_ids, issue 14): a process on the pool's last pair, not its first, fails
+    the host too, since a stage may be bound to any pair."""
+    if sandbox_pool_size < 2:
+        pytest.skip("needs CASEBOX_TEST_IDS of 2 or more")
+    config = _config(tmp_path, sandbox_ids)
+    with open(config, "a") as file:
+        file.write(f"sandbox_ids = {sandbox_pool_size}\n")
+    last = (sandbox_ids[0] + sandbox_pool_size - 1, sandbox_ids[1] + sandbox_pool_size - 1)
+    squatter = subprocess.Popen(["/usr/bin/sleep", "30"], user=last[0], group=last[1])
+    try:
+        code, out = _doctor(capsys, config, "--json")
+    finally:
+        squatter.kill()
+        squatter.wait()
+    check = next(check for check in json.loads(out)["checks"] if check["check"] == "dedicated_ids")
+    assert code == 1 and check["status"] == "FAIL" and f"{squatter.pid} (sleep)" in check["detail"]
+    assert f"uids {sandbox_ids[0]}-{last[0]}" in check["detail"]

@@ -23,7 +23,6 @@ from executor.cases import runtime
 from executor.transport import pack, wheelbuild
 from executor.cli.commands.demo import DEMO_INSTALLER, DESIGNED, DESIGNED_VERDICT
 from executor.evidence.receipts import receipt_from_bytes
-from executor.attempt import cases_per_stage
 from journal.errors import Refused
 from journal.reader import read_journal
 
@@ -429,17 +428,6 @@ def test_an_evidence_directory_that_is_not_empty_is_refused(casebox, attempt):
     staged = scratch_dirs()
     casebox.refused("--config", attempt["--config"], "verify", *[x for flag, given in attempt.items() if flag != "--config" for x in (flag, given)], naming="not empty")
     assert os.listdir(evidence) == ["journal"] and scratch_dirs() == staged
-
-
-def test_a_plan_larger_than_one_stages_journal_is_refused(casebox, attempt, world):
-    """J2: a stage whose cases would outgrow its journal is refused before it starts, and told to shard."""
-    base, _ = world
-    room = cases_per_stage(f"{base}/state")
-    cases = [{"id": f"c{n}", "op": "python-module", "args": ["demo_core"], "timeout_ms": 1000, "applicable": True, "expect_exit": 0}
-             for n in range(room + 1)]
-    plan = pathlib.Path(attempt["--plan"])
-    plan.write_text(json.dumps({"schema": "casebox.plan.v1", "cases": cases}))
-    assert "--shard" in refused(casebox, attempt, "--plan")
 
 
 def test_a_case_that_cannot_be_materialized_is_refused(casebox, attempt):

@@ -46,9 +46,10 @@ def _as_client(gid: int):
 
 
 @pytest.fixture(scope="module")
-def attempt(sandbox_ids, other_ids, casebox):
+def attempt(sandbox_ids, other_ids, sandbox_pool_size, casebox):
     """The daemon, then one verify through it as nobody; everything the checks need."""
     base = pathlib.Path(tempfile.mkdtemp(prefix="casebox-daemon-verify-"))
+    pool = min(sandbox_pool_size, 2)
     socket_gid = other_ids[1]
     try:
         for package in PACKAGES:
@@ -56,15 +57,18 @@ def attempt(sandbox_ids, other_ids, casebox):
         shutil.copytree(EXAMPLES / "verifier", base / "verifier")
         shutil.copytree(EXAMPLES / "index", base / "index")
         shutil.copy(EXAMPLES / "plan.json", base / "plan.json")
+        demo = json.loads((EXAMPLES / "plan.json").read_text())
+        demo["cases"] = [case for case in demo["cases"] if case["op"] != "pytest" or not case["applicable"]]
+        (base / "plan-jobs.json").write_text(json.dumps(demo))
         bundle, sha256 = packed(base)
         shutil.rmtree(base / "wheels")
         (base / "run").mkdir()
         sock, state = base / "run" / "steward.sock", base / "state"
         (base / "daemon.toml").write_text(
             f"sandbox_uid = {sandbox_ids[0]}\nsandbox_gid = {sandbox_ids[1]}\nclient_uids = [0, {NOBODY}]\n"
-            f"socket_group = {socket_gid}\n"
+            f"socket_group = {socket_gid}\nsandbox_ids = {pool}\n"
         )
-        (base / "client.toml").write_text(f'socket = "{sock}"\nstate_root = "{state}"\n')
+        (base / "client.toml").write_text(f'socket = "{sock}"\nstate_root = "{state}"\nsandbox_ids = {pool}\n')
         _readable(base)
         (base / "out").mkdir()
         os.chown(base / "out", NOBODY, NOBODY)
@@ -82,15 +86,24 @@ def attempt(sandbox_ids, other_ids, casebox):
             assert notify.recv(64) == b"READY=1"
             before, staged = mount_table(str(base)), scratch_dirs()
             script = f"import sys; sys.path.insert(0, {str(base / 'code')!r}); from executor.cli.main import main; sys.exit(main())"
-            result = subprocess.run(
-                [runtime.choose_interpreter(), "-I", "-S", "-c", script, "--config", str(base / "client.toml"), "verify",
-                 "--bundle", str(bundle), "--sha256", sha256, "--plan", str(base / "plan.json"),
-                 "--verifier-tree", str(base / "verifier"), "--index", str(base / "index"), "--attempt", "daemon-1",
-                 "--evidence", str(base / "out" / "evidence"), "--root", str(base)],
-                capture_output=True, cwd=base, env={"PATH": "/usr/bin:/bin"}, timeout=300, preexec_fn=_as_client(socket_gid),
-            )
+
+            def verify(attempt_id: str, *extra: str, plan: str = "plan.json") -> subprocess.CompletedProcess:
+                return subprocess.run(
+                    [runtime.choose_interpreter(), "-I", "-S", "-c", script, "--config", str(base / "client.toml"), "verify",
+                     "--bundle", str(bundle), "--sha256", sha256, "--plan", str(base / plan),
+                     "--verifier-tree", str(base / "verifier"), "--index", str(base / "index"), "--attempt", attempt_id,
+                     "--evidence", str(base / "out" / attempt_id), "--root", str(base), *extra],
+                    capture_output=True, cwd=base, env={"PATH": "/usr/bin:/bin"}, timeout=300, preexec_fn=_as_client(socket_gid),
+                )
+
+            # One stage: with a pool of two, the default --jobs would split the demo, whose pytest cases then
+            # disagree on the runner tree (docs/pipeline.md, "Stages on one runner").
+            result = verify("daemon-1", "--jobs", "1")
+            # Issue 14 (5) through the daemon: two stages at once, each a connection bound to its own pair. Without
+            # the pytest cases: two stages' runner trees differ today (docs/pipeline.md, "Stages on one runner").
+            jobs = verify("daemon-jobs", "--jobs", "2", plan="plan-jobs.json") if pool >= 2 else None
             yield {"base": base, "result": result, "sha256": sha256, "daemon": daemon, "socket": str(sock),
-                   "before": before, "staged": staged, "socket_gid": socket_gid}
+                   "before": before, "staged": staged, "socket_gid": socket_gid, "jobs": jobs}
         finally:
             notify.close()
             if daemon.poll() is None:
@@ -138,3 +151,20 @@ def test_nothing_is_left_and_the_daemon_still_serves(attempt, sandbox_ids):
     assert attempt["daemon"].poll() is None
     closed = client.connect(attempt["socket"]).open_session("after-1").close()
     assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
+
+
+def test_verify_jobs_runs_two_stages_through_the_daemon(attempt):
+    """Issue 14 (5), S15: through the daemon, --jobs 2 splits the demo plan's cases that need no runner over
+    two stages, each a session of its own bound to its own pair of the daemon's pool, with its own evidence
+    directory owned by the client; the one evaluation gives every case its designed status."""
+    if attempt["jobs"] is None:
+        pytest.skip("needs CASEBOX_TEST_IDS of 2 or more")
+    result = attempt["jobs"]
+    stdout = result.stdout.decode()
+    assert result.returncode == 0, stdout + result.stderr.decode()
+    rows = {case: tuple(row[:2]) for case, row in table(stdout).items()}
+    assert rows == {case: EXPECTED[case] for case in ("import-core", "import-greet", "import-extra", "console-script", "not-applicable")}
+    evidence = attempt["base"] / "out" / "daemon-jobs"
+    assert sorted(os.listdir(evidence)) == ["stage-1", "stage-2"]
+    assert all((evidence / stage).stat().st_uid == NOBODY for stage in ("stage-1", "stage-2"))
+    assert "running the attempt as 2 stages, 2 at once" in result.stderr.decode()

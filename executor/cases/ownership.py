@@ -99,6 +99,12 @@ class DirectoryCapability(CloseOnce):
         fd, self._fd = self._fd, -1
         os.close(fd)
 
+    def copy(self) -> "DirectoryCapability":
+        """Another capability on a duplicate of the same descriptor: for another stage's session (verify --jobs)."""
+        if self.state != OPEN:
+            raise OwnershipError(f"{self.what} was already {self.state}; only an open capability is copied")
+        return DirectoryCapability(self.name, os.dup(self._fd), self.mount)
+
     def hand_to(self, session) -> None:
         """Take it and give the descriptor to ``session``, which owns it from now on (and closes it)."""
         name, fd = self.take()

@@ -20,6 +20,8 @@ CONFIG_MAX_BYTES = 65_536
 # systemd DynamicUser ranges, and below 2^31 so no tool reads it as negative.
 DEFAULT_SANDBOX_ID = 2_000_000_000
 MAX_ID = 2**32 - 2
+# How many consecutive uid/gid pairs the sandbox pool may hold: one per stage running at once (S6).
+MAX_SANDBOX_IDS = 64
 GROUP_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 # The daemon's bounds (steward/server.py): setting -> (lowest, highest).
 _BOUNDED = {
@@ -37,6 +39,8 @@ class Config:
     socket: str = "/run/casebox/steward.sock"
     sandbox_uid: int = DEFAULT_SANDBOX_ID
     sandbox_gid: int = DEFAULT_SANDBOX_ID
+    # The pool: sandbox_uid .. sandbox_uid + sandbox_ids - 1, each with the gid as far from sandbox_gid.
+    sandbox_ids: int = 1
     client_uids: tuple[int, ...] = (0,)
     socket_group: str | int = "casebox"
     idle_seconds: int = 60
@@ -45,6 +49,16 @@ class Config:
     stop_seconds: int = 75
     index_file_hosts: tuple[str, ...] = ("files.pythonhosted.org:443",)
     source: str = "built-in defaults"
+
+    def __post_init__(self) -> None:
+        top = max(self.sandbox_uid, self.sandbox_gid) + self.sandbox_ids - 1
+        if top > MAX_ID:
+            raise Refused(f"{self.source}: sandbox_ids", f"puts the last sandbox id at {top}, past {MAX_ID}")
+
+    @property
+    def sandbox_pool(self) -> tuple[tuple[int, int], ...]:
+        """(uid, gid) of every sandbox id pair: concurrent stages never share one (S6)."""
+        return tuple((self.sandbox_uid + n, self.sandbox_gid + n) for n in range(self.sandbox_ids))
 
     def overridden(self, **flags: object) -> "Config":
         """This configuration with every flag that was given (not None) taking precedence."""
@@ -68,6 +82,10 @@ def _check(name: str, value: object, where: str) -> object:
     if name in ("sandbox_uid", "sandbox_gid"):
         if type(value) is not int or not 1 <= value <= MAX_ID:
             raise Refused(where, f"must be an integer from 1 to {MAX_ID}")
+        return value
+    if name == "sandbox_ids":
+        if type(value) is not int or not 1 <= value <= MAX_SANDBOX_IDS:
+            raise Refused(where, f"must be an integer from 1 to {MAX_SANDBOX_IDS}")
         return value
     if name == "client_uids":
         if type(value) not in (list, tuple) or not value or any(type(uid) is not int or not 0 <= uid <= MAX_ID for uid in value):

@@ -159,14 +159,17 @@ def check_namespaces() -> Check:
     )
 
 
-def check_dedicated(uid: int, gid: int) -> Check:
-    users = dedicated.processes_using(uid, gid)
+def check_dedicated(pool: tuple[tuple[int, int], ...]) -> Check:
+    """S6 for every pair of the sandbox pool (config sandbox_ids): no live process owns any of them."""
+    (uid, gid), (last_uid, last_gid) = pool[0], pool[-1]
+    ids = f"uid {uid} / gid {gid}" if len(pool) == 1 else f"uids {uid}-{last_uid} / gids {gid}-{last_gid}"
+    users = dedicated.processes_using_any(pool)
     if not users:
-        return Check("dedicated_ids", True, True, f"no process uses the sandbox uid {uid} / gid {gid}")
+        return Check("dedicated_ids", True, True, f"no process uses the sandbox {ids}")
     listed = ", ".join(f"{pid} ({name})" for pid, name in users[:5])
     return Check(
         "dedicated_ids", True, False,
-        f"processes {listed} use the sandbox uid {uid} / gid {gid}; stop them or set another sandbox_uid/sandbox_gid",
+        f"processes {listed} use the sandbox {ids}; stop them or set another sandbox_uid/sandbox_gid",
     )
 
 
@@ -254,7 +257,7 @@ def check_launcher_source() -> Check:
     )
 
 
-def run_checks(state_root: str, uid: int, gid: int) -> list[Check]:
+def run_checks(state_root: str, pool: tuple[tuple[int, int], ...]) -> list[Check]:
     return [
         check_root(),
         check_open_tree(),
@@ -263,7 +266,7 @@ def run_checks(state_root: str, uid: int, gid: int) -> list[Check]:
         check_memfd_seals(),
         check_renameat2(state_root),
         check_namespaces(),
-        check_dedicated(uid, gid),
+        check_dedicated(pool),
         check_cgroups(),
         check_memory_controller(),
         check_seccomp(),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -54,13 +55,16 @@ class Progress:
         self.started = clock()
         self.rows: list[Case] = []
         self.told: set[str] = set()
+        # verify --jobs: stages on worker threads report here at once; one line and one count at a time.
+        self._lock = threading.RLock()
 
     def _say(self, line: str) -> None:
         if self.quiet:
             return
         stream = sys.stderr if self.stream is None else self.stream
-        say(line, file=stream)
-        stream.flush()
+        with self._lock:
+            say(line, file=stream)
+            stream.flush()
 
     def __call__(self, step: str) -> None:
         self._say(f"[{self.clock() - self.started:6.1f} s] {step}")
@@ -85,10 +89,11 @@ class Progress:
     def finished(self, case: Case, receipt: Receipt) -> None:
         """A case's receipt is stored: its status as the receipt alone gives it (the evaluator's step 5; the
         table's status also checks the journal and may be lower)."""
-        self._not_applicable_before(case.id)
         status, _ = outcome_status(case, receipt)
         observed = receipt.outcome.observed
-        self._case(case.id, status, observed.wall_ms if observed else None)
+        with self._lock:
+            self._not_applicable_before(case.id)
+            self._case(case.id, status, observed.wall_ms if observed else None)
 
     def judged(self, report: Report) -> None:
         """The evaluation is done: every row not told yet (N/A, or a case that never got a receipt)."""

@@ -39,7 +39,8 @@ def settings_from(config: Config) -> "Settings":
     from steward.session import Settings
 
     return Settings(
-        state_root=config.state_root, uid=config.sandbox_uid, gid=config.sandbox_gid, index_file_hosts=config.index_file_hosts,
+        state_root=config.state_root, uid=config.sandbox_uid, gid=config.sandbox_gid, ids=config.sandbox_ids,
+        index_file_hosts=config.index_file_hosts,
     )
 
 

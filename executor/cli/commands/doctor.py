@@ -16,7 +16,7 @@ SCHEMA = "casebox.doctor.v1"
 def _doctor(args: argparse.Namespace) -> int:
     config = configuration.load(args.config).overridden(state_root=args.state_root)
     stateroot.exists(config.state_root)
-    checks = run_checks(config.state_root, config.sandbox_uid, config.sandbox_gid)
+    checks = run_checks(config.state_root, config.sandbox_pool)
     ok = all(check.passed for check in checks if check.required)
     settings = config.as_dict()
     settings["launcher_sha256"] = provision.shipped()[1].hex()

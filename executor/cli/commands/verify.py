@@ -41,6 +41,7 @@ def verified_value(verified) -> dict:
         "runtime": verified.runtime,
         "evidence": verified.evidence,
         "tombstone": verified.tombstone,
+        "stages": [{"evidence": stage.evidence, "tombstone": stage.tombstone} for stage in verified.stages],
         "notes": list(verified.notes),
     }
 
@@ -54,7 +55,11 @@ def show_paths(verified) -> None:
     say(f"python: {verified.runtime}")
     say(f"steward: {verified.steward}")
     say(f"evidence: {verified.evidence}")
-    say(f"tombstone: {verified.tombstone}")
+    if verified.tombstone is not None:
+        say(f"tombstone: {verified.tombstone}")
+    else:
+        for index, stage in enumerate(verified.stages, 1):
+            say(f"stage {index}: evidence {stage.evidence}, tombstone {stage.tombstone}")
 
 
 def report_ci(verified, args: argparse.Namespace, command: str) -> None:
@@ -62,7 +67,7 @@ def report_ci(verified, args: argparse.Namespace, command: str) -> None:
     from executor.cli.reporting import publish_ci
 
     publish_ci(
-        verified.report, evidence=[verified.evidence], command=command, summary=args.summary,
+        verified.report, evidence=[stage.evidence for stage in verified.stages], command=command, summary=args.summary,
         annotate_to=sys.stderr if args.json else sys.stdout,
     )
 
@@ -83,6 +88,22 @@ def show(verified, args: argparse.Namespace) -> int:
         say(f"verdict: {verified.report.verdict}")
     report_ci(verified, args, "casebox verify")
     return EXIT_BY_VERDICT[verified.report.verdict]
+
+
+# verify --jobs by default: the host's cores, at most this many (a hosted GitHub runner has 4).
+DEFAULT_MAX_JOBS = 4
+
+
+def check_jobs(text: str | None, pool: int) -> int:
+    """--jobs N: from 1 to the sandbox pool's size (config sandbox_ids), each stage running at once needs a uid
+    of its own (S6); without it, the host's cores up to DEFAULT_MAX_JOBS, and at most the pool."""
+    if text is None:
+        return max(1, min(os.cpu_count() or 1, DEFAULT_MAX_JOBS, pool))
+    if not text.isdecimal() or not 1 <= int(text) <= pool:
+        raise Refused(
+            "--jobs", f"must be a whole number from 1 to the {pool} sandbox uids configured (sandbox_ids), not {text!r}"
+        )
+    return int(text)
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -110,6 +131,7 @@ def _verify(args: argparse.Namespace) -> int:
     if args.summary is not None:
         check_creatable(args.summary)
     config = configuration.load(args.config).overridden(state_root=args.state_root)
+    jobs = check_jobs(args.jobs, config.sandbox_ids)
     request = Attempt(
         bundle=resolve_inside(args.bundle, root, "--bundle"),
         sha256=sha256,
@@ -123,6 +145,7 @@ def _verify(args: argparse.Namespace) -> int:
         index_url=index_url,
         installer=None if args.installer is None else resolve_inside(args.installer, root, "--installer"),
         python=args.python,
+        jobs=jobs,
     )
     return show(run_attempt(config, request, progress=Progress(quiet=args.quiet), embedded=args.state_root is not None), args)
 
@@ -136,6 +159,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "index in a sandbox and fetch them with pip; install once; run every case of the plan (or of "
         "the shard) in a sandbox of its own, each with a receipt; clean up, retire the stage into a sealed "
         "tombstone and write the journal, the seal marker and the receipts into --evidence; evaluate them. "
+        "With --jobs N the cases are split over stages (case k to stage k mod s + 1), N running at once, each "
+        "doing all of the above in its own session; one evaluation folds every stage's evidence. "
         "The session is the steward daemon's when its socket answers (then this runs as any user in client_uids), "
         "else an embedded steward's, which needs root. "
         "Prints progress on stderr (one line per step and per finished case), then the verdict table, why each "
@@ -171,6 +196,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_python_option(command)
     command.add_argument("--shard", metavar="i/n", help="run only shard i of n of the plan's cases (casebox plan shard)")
+    command.add_argument(
+        "--jobs", metavar="N",
+        help="run the attempt's cases as stages, N at once on this host, each a session of its own with its own "
+        "sandbox uid (from the pool, config sandbox_ids), journal, tombstone and evidence; with more than one stage "
+        "--evidence holds one directory per stage (stage-1, stage-2, ...) and one evaluation folds them all. A plan "
+        "with more applicable cases than one stage's journal holds is split into more stages, at most N at once. "
+        "From 1 to sandbox_ids (default: the host's cores, at most 4 and at most sandbox_ids)",
+    )
     command.add_argument(
         "--attempt-number", metavar="N", type=int, default=1,
         help="the run attempt of this attempt id, bound into every receipt (default 1)",
