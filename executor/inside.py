@@ -7,7 +7,7 @@ the dedicated UID (DESIGN T4, step 4), with exactly the files of
     RUNTIME -I -S -B -c BOOT extract /cap/bundle/candidate.tar /out/candidate
     RUNTIME -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate /cap/index|URL|- PROXY|-
     RUNTIME -I -S -B -c BOOT fetch /cap/pins/pins.json /out/deps /cap/index|URL /cap/request/pip-X.whl PROXY|-
-    RUNTIME -I -S -B -c BOOT pip /cap/request/pip-X.whl install ARGS...
+    RUNTIME -I -S -B -c BOOT install /cap/request/pip-X.whl /out/TREE /cap/TREE WHEEL...
 
 Paths are opened here, inside the sandbox; the extractor then works on the
 descriptors alone. ``PROXY`` is the steward's forwarder (``http://127.0.0.1:3128``)
@@ -59,12 +59,31 @@ def load_pip(wheel: str) -> None:
     sys.path[:] = [home, *(entry for entry in sys.path if entry != TOOLS)]
 
 
-def _pip(wheel: str, arguments: Sequence[str]) -> int:
-    """pip's own command line (the wheel's own `pip` console script), from its unpacked package."""
-    load_pip(wheel)
+# pip reads no configuration file, no cache, no network and asks nothing: every input is on its command line.
+PIP_OPTIONS = ("--isolated", "--no-cache-dir", "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "--quiet")
+
+
+def _install(installer: str, target: str, mounted: str, wheels: Sequence[str]) -> int:
+    """pip installs exactly ``wheels`` into ``target``, uncompiled; then every module there gets a checked-hash
+    .pyc whose code names ``mounted``, the path at which the cases see the sealed tree.
+
+    pip's own compile runs in a temporary directory of a random name and the
+    .pyc files keep that name, so two installs of the same wheels would be two
+    different trees: two runner digests, and stages or shards that could never
+    fold into one verdict. Compiled here, in sorted order by one process, the
+    same wheels give the same bytes."""
+    load_pip(installer)
     from pip._internal.cli.main import main as pip_main
 
-    return pip_main(list(arguments))
+    code = pip_main(["install", "--no-compile", "--no-index", "--no-deps", "--target", target, *wheels, *PIP_OPTIONS])
+    if code != 0:
+        return code
+    import compileall
+    import py_compile
+
+    # As pip does, a module that does not compile is left without a .pyc: importing it fails in the case itself.
+    compileall.compile_dir(target, ddir=mounted, quiet=2, workers=1, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    return 0
 
 
 def _fetch(acks: str, target: str, index: str, installer: str, proxy: str) -> int:
@@ -117,8 +136,8 @@ def _certificates(installer: str) -> str | None:
 def main(argv: Sequence[str]) -> int:
     if argv[:1] == ["extract"] and len(argv) == 3:
         return _extract(argv[1], argv[2])
-    if argv[:1] == ["pip"] and len(argv) >= 3:
-        return _pip(argv[1], argv[2:])
+    if argv[:1] == ["install"] and len(argv) >= 5:
+        return _install(argv[1], argv[2], argv[3], argv[4:])
     if argv[:1] == ["fetch"] and len(argv) == 6:
         return _fetch(*argv[1:])
     if argv[:1] == ["resolve"] and len(argv) == 5:

@@ -191,6 +191,27 @@ def test_an_interrupted_demo_retires_its_session_as_interrupted(world, casebox):
 
 
 @pytest.mark.root
+def test_two_installs_of_the_same_wheels_are_one_runner_tree(demo, world, casebox):
+    """Issue 14 (5): a second demo is another session and another install of the same runner wheels, and its
+    receipts name the very runner inventory digest the first's do. pip's own compile writes its random
+    --target directory into every .pyc; with that, each install is a tree of its own, and the stages of one
+    verify --jobs, or the shards of one plan on two runners, could never fold (the evaluator admits one runner)."""
+    _, config = world
+    again = casebox("--config", str(config), "demo", timeout=180)
+    try:
+        runners = []
+        for result in (demo[0], again):
+            evidence = pathlib.Path(value(result.stdout.decode(), "evidence"))
+            receipts = [receipt_from_bytes(path.read_bytes()) for path in evidence.glob("*.receipt.json")]
+            runners.append({receipt.binding.runner_inventory_digest for receipt in receipts} - {None})
+        assert len(runners[0]) == 1 and runners[0] == runners[1], runners
+    finally:
+        bundle = re.search(r"^bundle: (\S+)", again.stdout.decode(), re.M)
+        if bundle:
+            shutil.rmtree(os.path.dirname(bundle.group(1)))
+
+
+@pytest.mark.root
 def test_the_demo_leaves_nothing_running_or_mounted(demo, world, sandbox_ids):
     """S6, C4: no process of the dedicated UID survives the attempt, no mount of it remains, no scratch directory is left."""
     _, before, staged = demo
@@ -216,7 +237,7 @@ def test_the_tombstone_is_sealed_and_valid(demo, casebox):
 @pytest.mark.parametrize("tree", ["runner", "site"])
 def test_each_sealed_tree_holds_checked_hash_bytecode_for_every_module(demo, tree):
     """Issue 14: each sealed tree carries, for every module installed in it, a .pyc compiled in its install
-    sandbox before the seal and validated by its source's hash (PEP 552 flags 0b11, SOURCE_DATE_EPOCH set), so
+    sandbox before the seal and validated by its source's hash (PEP 552 flags 0b11), so
     no case compiles the runner or the candidate again and a .pyc whose source differs never runs."""
     root = pathlib.Path(value(demo[0].stdout.decode(), "tombstone")) / "outputs" / tree
     sources = [path for path in root.rglob("*.py") if "bin" not in path.relative_to(root).parts]

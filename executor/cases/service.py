@@ -44,7 +44,7 @@ from executor.evidence.junit import MISSING, REFUSED, REPORT_NAME, PytestEvidenc
 from executor.transport.manifest import wheel_project
 from executor.cases.ownership import CASE_SERVICE, Gate, LifecycleEvidence, failure_of
 from executor.plan import KIB, Case, Plan
-from executor.deps.preparer import DEPS, PIP_ENV, REQUEST, Dependencies, pip_argv
+from executor.deps.preparer import DEPS, PIP_ENV, REQUEST, Dependencies, install_argv
 from executor.evidence.receipts import (
     STEP_INSTALL,
     STEP_RUNNER,
@@ -81,9 +81,6 @@ SITE_MAX_INODES = 65_536
 REPORT_OUTPUT_BYTES = 2 * MIB
 ENTRY_POINTS_MAX_BYTES = 64 * KIB
 PYTEST_PLUGINS = "pytest11"
-# pip compiles the installed sources with checked-hash .pyc files when SOURCE_DATE_EPOCH is set, so
-# the sealed trees need no writable cache and no timestamps (1980-01-01, the earliest a zip can hold).
-INSTALL_ENV = {**PIP_ENV, "SOURCE_DATE_EPOCH": "315532800"}
 CASE_ENV = {**SANDBOX_ENV, "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 # The pytest op's process is the runner. Before any test runs it makes itself non-dumpable, so no process of
 # the same UID (a candidate's subprocess) can ptrace it or read or write its memory (E7), then it runs pytest
@@ -300,14 +297,15 @@ class CaseService:
         return Extraction(sealed, digest, wheels)
 
     def _install(self, what: str, output: str, wheels: list[str], read: list[str]) -> Sealed | str:
-        """``pip install --no-index --no-deps --target /out/OUTPUT`` of exactly ``wheels``, sealed; or why not."""
+        """``pip install --no-index --no-deps --target /out/OUTPUT`` of exactly ``wheels``, compiled for where the
+        cases mount it and sealed; or why not."""
         self.progress(f"installing {what} with pip in a sandbox")
         self.session.create_output(output, max_bytes=SITE_MAX_BYTES, max_inodes=SITE_MAX_INODES)
-        argv = pip_argv(self.runtime, "install", "--no-index", "--no-deps", "--target", f"/out/{output}", *wheels)
+        argv = install_argv(self.runtime, output, wheels)
         result = self._observe(
             self.starter.run_one(
                 argv, read=["tools", REQUEST, *read], write=[output], limits=Limits(tmp_bytes=512 * MIB),
-                env={**SANDBOX_ENV, **INSTALL_ENV}, cwd="/work", timeout_ms=INSTALL_TIMEOUT_MS,
+                env={**SANDBOX_ENV, **PIP_ENV}, cwd="/work", timeout_ms=INSTALL_TIMEOUT_MS,
                 stdout_cap=MAX_OUTPUT_CAP, stderr_cap=MAX_OUTPUT_CAP,
             )
         )

@@ -67,7 +67,6 @@ RESOLVE_TIMEOUT_MS = 120_000
 FETCH_TIMEOUT_MS = 300_000
 DEPS_MAX_BYTES = 512 * MIB
 PIP_ENV = {"PIP_CONFIG_FILE": "/dev/null", "PIP_NO_INPUT": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-PIP_QUIET = ("--isolated", "--no-cache-dir", "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "--quiet")
 _CHUNK = 1 << 20
 
 
@@ -98,11 +97,11 @@ class Unresolved:
     sealed: Sealed | None
 
 
-def pip_argv(runtime: Runtime, *arguments: str) -> list[str]:
-    """pip, unpacked in its sandbox from the installer wheel in the request capability: never from the network.
-
-    The sandbox reads the tools capability too (executor/inside.py unpacks and starts pip)."""
-    return [runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "pip", f"/cap/{REQUEST}/{runtime.installer.file}", *arguments, *PIP_QUIET]
+def install_argv(runtime: Runtime, tree: str, wheels: Sequence[str]) -> list[str]:
+    """pip, unpacked in its sandbox from the installer wheel in the request capability, installs exactly
+    ``wheels`` into ``/out/TREE``, then the tree is compiled for ``/cap/TREE``, where the cases mount it: never
+    from the network, nothing resolved (executor/inside.py unpacks and starts pip)."""
+    return [runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "install", f"/cap/{REQUEST}/{runtime.installer.file}", f"/out/{tree}", f"/cap/{tree}", *wheels]
 
 
 def hash_regular(directory_fd: int, name: str) -> str | None:
