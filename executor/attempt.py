@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import importlib.util
 import os
 
 import executor
@@ -40,7 +41,7 @@ from executor.cli.config import Config
 from executor.evidence.evaluate import Expected, Report, evaluate
 from executor.cli.frontend import InternalFailure
 from executor.inputs import read_capped
-from executor.inside import MODULES
+from executor.inside import LIBRARIES, MODULES
 from executor.cases.ownership import CASE_SERVICE, PREPARER, DirectoryCapability, Gate
 from executor.plan import PLAN_MAX_BYTES, Case, Plan, plan_from_bytes
 from executor.deps.preparer import DEPS, Preparer, Unresolved
@@ -157,12 +158,21 @@ def split_stages(cases: list[tuple[int, Case]], jobs: int, state_root: str) -> l
 
 
 def _tools() -> dict[str, bytes]:
-    """casebox's own sandboxed modules, exactly the files they import (executor/inside.py)."""
+    """casebox's own sandboxed modules, exactly the files they import, and the libraries they use
+    (executor/inside.py)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(executor.__file__)))
     files = {}
     for relative in MODULES:
         with open(os.path.join(root, relative), "rb") as file:
             files[relative] = file.read()
+    for library in LIBRARIES:
+        package = os.path.dirname(importlib.util.find_spec(library).origin)
+        for directory, _, names in os.walk(package):
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    path = os.path.join(directory, name)
+                    with open(path, "rb") as file:
+                        files[os.path.join(library, os.path.relpath(path, package))] = file.read()
     return files
 
 

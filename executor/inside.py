@@ -1,4 +1,5 @@
-"""The one entry point of casebox's own tools inside a sandbox: the extractor, the resolver, and pip's start.
+"""The one entry point of casebox's own tools inside a sandbox: the extractor, the resolver, the fetcher and the
+installer.
 
 The case service and the dependency preparer run them as ops of a sandbox, as
 the dedicated UID (DESIGN T4, step 4), with exactly the files of
@@ -7,7 +8,7 @@ the dedicated UID (DESIGN T4, step 4), with exactly the files of
     RUNTIME -I -S -B -c BOOT extract /cap/bundle/candidate.tar /out/candidate
     RUNTIME -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate /cap/index|URL|- PROXY|-
     RUNTIME -I -S -B -c BOOT fetch /cap/pins/pins.json /out/deps /cap/index|URL /cap/request/pip-X.whl PROXY|-
-    RUNTIME -I -S -B -c BOOT install /cap/request/pip-X.whl /out/TREE /cap/TREE WHEEL...
+    RUNTIME -I -S -B -c BOOT install /out/TREE /cap/TREE WHEEL...
 
 Paths are opened here, inside the sandbox; the extractor then works on the
 descriptors alone. ``PROXY`` is the steward's forwarder (``http://127.0.0.1:3128``)
@@ -26,8 +27,10 @@ from executor.deps.resolver import NO_PROXY
 from executor.deps.resolver import SANDBOX_MODULES as RESOLVER_MODULES
 
 TOOLS = "/cap/tools"
-# Every casebox file the tools import: what the tools capability holds, and nothing else.
+# Every casebox file the tools import: what the tools capability holds, with LIBRARIES, and nothing else.
 MODULES = tuple(sorted(set(EXTRACTOR_MODULES) | set(RESOLVER_MODULES) | {"executor/inside.py", "executor/deps/simpleindex.py"}))
+# Libraries the tools import, copied from casebox's own environment: their Python files only.
+LIBRARIES = ("installer",)
 BOOT = f"import sys; sys.path[:0] = [{TOOLS!r}]; from executor.inside import main; sys.exit(main(sys.argv[1:]))"
 
 
@@ -59,28 +62,37 @@ def load_pip(wheel: str) -> None:
     sys.path[:] = [home, *(entry for entry in sys.path if entry != TOOLS)]
 
 
-# pip reads no configuration file, no cache, no network and asks nothing: every input is on its command line.
-PIP_OPTIONS = ("--isolated", "--no-cache-dir", "--disable-pip-version-check", "--no-input", "--progress-bar", "off", "--quiet")
+def _install(target: str, mounted: str, wheels: Sequence[str]) -> int:
+    """Exactly ``wheels`` unpacked into ``target`` by PyPA's ``installer``, each checked against its own RECORD
+    first; then every module there gets a checked-hash .pyc whose code names ``mounted``, the path at which
+    the cases see the sealed tree.
 
-
-def _install(installer: str, target: str, mounted: str, wheels: Sequence[str]) -> int:
-    """pip installs exactly ``wheels`` into ``target``, uncompiled; then every module there gets a checked-hash
-    .pyc whose code names ``mounted``, the path at which the cases see the sealed tree.
-
-    pip's own compile runs in a temporary directory of a random name and the
-    .pyc files keep that name, so two installs of the same wheels would be two
-    different trees: two runner digests, and stages or shards that could never
-    fold into one verdict. Compiled here, in sorted order by one process, the
-    same wheels give the same bytes."""
-    load_pip(installer)
-    from pip._internal.cli.main import main as pip_main
-
-    code = pip_main(["install", "--no-compile", "--no-index", "--no-deps", "--target", target, *wheels, *PIP_OPTIONS])
-    if code != 0:
-        return code
+    The resolver already fixed every wheel and its sha256, so nothing is left
+    to resolve: pip would spend some 0.5 s of each install importing and
+    compiling itself (docs/pipeline.md, "Install"). The layout is pip's
+    ``--target``: modules and ``.data/purelib``, ``platlib`` and ``data`` at
+    the top, scripts in ``bin/``. Compiled here, once, in sorted order, the
+    same wheels give the same bytes: pip's own compile named its random
+    temporary directory in every .pyc, so two installs were two trees."""
     import compileall
     import py_compile
 
+    from installer import install
+    from installer.destinations import SchemeDictionaryDestination
+    from installer.exceptions import InstallerError
+    from installer.sources import WheelFile
+
+    scheme = {"purelib": target, "platlib": target, "data": target, "scripts": os.path.join(target, "bin"),
+              "headers": os.path.join(target, "include")}
+    destination = SchemeDictionaryDestination(scheme, interpreter=sys.executable, script_kind="posix")
+    for wheel in wheels:
+        try:
+            with WheelFile.open(wheel) as source:
+                source.validate_record()
+                install(source, destination, additional_metadata={"INSTALLER": b"casebox\n"})
+        except (InstallerError, OSError, ValueError, KeyError) as error:
+            print(f"casebox install: {os.path.basename(wheel)}: {error}", file=sys.stderr)
+            return 1
     # As pip does, a module that does not compile is left without a .pyc: importing it fails in the case itself.
     compileall.compile_dir(target, ddir=mounted, quiet=2, workers=1, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
     return 0
@@ -136,8 +148,8 @@ def _certificates(installer: str) -> str | None:
 def main(argv: Sequence[str]) -> int:
     if argv[:1] == ["extract"] and len(argv) == 3:
         return _extract(argv[1], argv[2])
-    if argv[:1] == ["install"] and len(argv) >= 5:
-        return _install(argv[1], argv[2], argv[3], argv[4:])
+    if argv[:1] == ["install"] and len(argv) >= 4:
+        return _install(argv[1], argv[2], argv[3:])
     if argv[:1] == ["fetch"] and len(argv) == 6:
         return _fetch(*argv[1:])
     if argv[:1] == ["resolve"] and len(argv) == 5:

@@ -484,7 +484,7 @@ def test_an_install_that_fails_blocks_every_case_and_seals_nothing(tmp_path):
     """E6, step 5: a failed install is a Blocked step that every case's receipt names; the site is never sealed."""
     session = FakeSession(tmp_path / "s", lambda op: outcome(limit="EXIT_NONZERO", wait_status=1 << 8))
     trees = service_for(session).install(EXTRACTION, Dependencies(DEPS_SEALED, ()), runner=False)
-    assert trees.blocked.step == STEP_INSTALL and "pip install of the candidate and its dependencies failed" in trees.blocked.sentence
+    assert trees.blocked.step == STEP_INSTALL and "the install of the candidate and its dependencies failed" in trees.blocked.sentence
     assert not (tmp_path / "s" / "sealed" / "site").exists()
 
 

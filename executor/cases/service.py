@@ -44,7 +44,7 @@ from executor.evidence.junit import MISSING, REFUSED, REPORT_NAME, PytestEvidenc
 from executor.transport.manifest import wheel_project
 from executor.cases.ownership import CASE_SERVICE, Gate, LifecycleEvidence, failure_of
 from executor.plan import KIB, Case, Plan
-from executor.deps.preparer import DEPS, PIP_ENV, REQUEST, Dependencies, install_argv
+from executor.deps.preparer import DEPS, Dependencies, install_argv
 from executor.evidence.receipts import (
     STEP_INSTALL,
     STEP_RUNNER,
@@ -297,21 +297,21 @@ class CaseService:
         return Extraction(sealed, digest, wheels)
 
     def _install(self, what: str, output: str, wheels: list[str], read: list[str]) -> Sealed | str:
-        """``pip install --no-index --no-deps --target /out/OUTPUT`` of exactly ``wheels``, compiled for where the
-        cases mount it and sealed; or why not."""
-        self.progress(f"installing {what} with pip in a sandbox")
+        """Exactly ``wheels`` installed into ``/out/OUTPUT``, compiled for where the cases mount it, and sealed;
+        or why not."""
+        self.progress(f"installing {what} in a sandbox")
         self.session.create_output(output, max_bytes=SITE_MAX_BYTES, max_inodes=SITE_MAX_INODES)
         argv = install_argv(self.runtime, output, wheels)
         result = self._observe(
             self.starter.run_one(
-                argv, read=["tools", REQUEST, *read], write=[output], limits=Limits(tmp_bytes=512 * MIB),
-                env={**SANDBOX_ENV, **PIP_ENV}, cwd="/work", timeout_ms=INSTALL_TIMEOUT_MS,
+                argv, read=["tools", *read], write=[output], limits=Limits(tmp_bytes=512 * MIB),
+                env=SANDBOX_ENV, cwd="/work", timeout_ms=INSTALL_TIMEOUT_MS,
                 stdout_cap=MAX_OUTPUT_CAP, stderr_cap=MAX_OUTPUT_CAP,
             )
         )
         problem = failure_of(result)
         if problem is not None:
-            return f"pip install of {what} failed: {problem}"
+            return f"the install of {what} failed: {problem}"
         try:
             return self.session.seal_output(output)
         except Refused as refusal:

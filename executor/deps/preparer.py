@@ -98,10 +98,9 @@ class Unresolved:
 
 
 def install_argv(runtime: Runtime, tree: str, wheels: Sequence[str]) -> list[str]:
-    """pip, unpacked in its sandbox from the installer wheel in the request capability, installs exactly
-    ``wheels`` into ``/out/TREE``, then the tree is compiled for ``/cap/TREE``, where the cases mount it: never
-    from the network, nothing resolved (executor/inside.py unpacks and starts pip)."""
-    return [runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "install", f"/cap/{REQUEST}/{runtime.installer.file}", f"/out/{tree}", f"/cap/{tree}", *wheels]
+    """Exactly ``wheels`` installed into ``/out/TREE`` and compiled for ``/cap/TREE``, where the cases mount
+    it: nothing resolved, nothing from the network (executor/inside.py, ``install``)."""
+    return [runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "install", f"/out/{tree}", f"/cap/{tree}", *wheels]
 
 
 def hash_regular(directory_fd: int, name: str) -> str | None:
