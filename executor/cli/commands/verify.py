@@ -191,7 +191,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     command.add_argument(
         "--installer", metavar="WHEEL",
-        help="the pip wheel (pip-X.Y[.Z]-py3-none-any.whl, 22.2 or later) that resolves and installs in the sandboxes; "
+        help="the pip wheel (pip-X.Y[.Z]-py3-none-any.whl, 22.2 or later) that resolves and fetches in the sandboxes "
+        "(the trees are installed by casebox's own copy of PyPA's installer); "
         "default: the one the runtime bundles. A pip wheel in the index never becomes the installer",
     )
     add_python_option(command)
