@@ -166,7 +166,10 @@ def _tools() -> dict[str, bytes]:
         with open(os.path.join(root, relative), "rb") as file:
             files[relative] = file.read()
     for library in LIBRARIES:
-        package = os.path.dirname(importlib.util.find_spec(library).origin)
+        spec = importlib.util.find_spec(library)
+        if spec is None or spec.origin is None:
+            raise InternalFailure(f"the {library} library is not installed beside casebox; reinstall casebox (scripts/bootstrap).")
+        package = os.path.dirname(spec.origin)
         for directory, _, names in os.walk(package):
             for name in sorted(names):
                 if name.endswith(".py"):

@@ -19,7 +19,6 @@ import pytest
 from wheelforge import wheel
 
 from executor import inside
-from executor.transport import wheelbuild
 from executor.deps.preparer import hash_regular
 from executor.deps.resolver import explain
 from executor.deps.protocol import Acceptor, accept, request_bytes
@@ -285,29 +284,19 @@ def test_hash_regular_hashes_only_a_regular_file(tmp_path):
 
 @pytest.mark.skipif(not os.access(RUNTIME, os.X_OK), reason="no /usr/bin/python3")
 def test_pip_runs_from_its_package_unpacked_out_of_the_installer_wheel(tmp_path):
-    """The fetch and install ops' pip (inside.py): the installer wheel's own pip, imported from a private copy of
-    its package unpacked into TMPDIR (not from the zip), installing with no index and no dependencies."""
-    source = tmp_path / "demo-app"
-    (source / "demo_app").mkdir(parents=True)
-    (source / "demo_app" / "__init__.py").write_text("MARK = 1\n")
-    (source / "pyproject.toml").write_text('[project]\nname = "demo-app"\nversion = "1.0"\n')
-    name, data = wheelbuild.build_wheel(str(source))
-    (tmp_path / name).write_bytes(data)
-    scratch, target = tmp_path / "tmp", tmp_path / "site"
+    """The resolve op's pip (inside.load_pip): the installer wheel's own pip, imported from a private copy of
+    its package unpacked into TMPDIR (not from the zip)."""
+    scratch = tmp_path / "tmp"
     scratch.mkdir()
-    boot = _tools_boot(tmp_path)
-
-    def pip(*arguments: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [RUNTIME, "-I", "-S", "-B", "-c", boot, "pip", str(PIP_WHEEL), *arguments, "--disable-pip-version-check"],
-            capture_output=True, env={"TMPDIR": str(scratch), "PIP_CONFIG_FILE": "/dev/null"}, timeout=120,
-        )
-
-    shown = pip("--version")
+    tools = _tools_boot(tmp_path).split("sys.path[:0] = [", 1)[1].split("]", 1)[0]
+    code = (
+        f"import sys; sys.path[:0] = [{tools}]; from executor.inside import load_pip; load_pip(sys.argv[1]); "
+        "import pip; print(pip.__version__, pip.__file__)"
+    )
+    shown = subprocess.run([RUNTIME, "-I", "-S", "-B", "-c", code, str(PIP_WHEEL)], capture_output=True,
+                           env={"TMPDIR": str(scratch)}, timeout=120)
     assert shown.returncode == 0, shown.stderr
     version = PIP_WHEEL.name.split("-")[1]
-    assert shown.stdout.decode().startswith(f"pip {version} from {scratch}/pip-"), shown.stdout
+    line = shown.stdout.decode().strip()
+    assert line.startswith(f"{version} {scratch}/pip-") and line.endswith("/pip/__init__.py"), line
     assert [path.name for path in scratch.iterdir() for path in path.iterdir()] == ["pip"]
-    installed = pip("install", "--no-index", "--no-deps", "--target", str(target), str(tmp_path / name))
-    assert installed.returncode == 0, installed.stderr
-    assert (target / "demo_app" / "__init__.py").read_text() == "MARK = 1\n"

@@ -9,6 +9,7 @@ directory nobody owns.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -24,6 +25,7 @@ from sandbox_support import mount_table, processes_of
 from test_verify import EXAMPLES, EXPECTED, REPO, packed, scratch_dirs, table, value
 
 from executor.cases import runtime
+from executor.inside import LIBRARIES
 from steward import client
 
 pytestmark = pytest.mark.root
@@ -54,6 +56,10 @@ def attempt(sandbox_ids, other_ids, sandbox_pool_size, casebox):
     try:
         for package in PACKAGES:
             shutil.copytree(REPO / package, base / "code" / package, ignore=shutil.ignore_patterns("__pycache__"))
+        # The client's environment holds casebox's runtime libraries too: the install tool's comes from it.
+        for library in LIBRARIES:
+            origin = pathlib.Path(importlib.util.find_spec(library).origin).parent
+            shutil.copytree(origin, base / "code" / library, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copytree(EXAMPLES / "verifier", base / "verifier")
         shutil.copytree(EXAMPLES / "index", base / "index")
         shutil.copy(EXAMPLES / "plan.json", base / "plan.json")
