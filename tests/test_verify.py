@@ -167,8 +167,11 @@ def test_an_interrupted_demo_retires_its_session_as_interrupted(world, casebox):
     import time
 
     _, config = world
+    # As a terminal's foreground job has it: SIGINT delivered, not ignored. A suite started in the background by a
+    # script inherits SIGINT ignored (POSIX shells do that to background jobs), and casebox rightly keeps it so.
     process = subprocess.Popen([str(REPO / ".venv/bin/casebox"), "--config", str(config), "demo"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = b""
     deadline = time.monotonic() + 120
     while b"[ 3/10]" not in seen and time.monotonic() < deadline:
