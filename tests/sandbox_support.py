@@ -76,13 +76,14 @@ def state_root(tmp_path) -> str:
     return str(tmp_path / "state")
 
 
-def start(sandbox_ids, state_root: str, *, capabilities=(), limits: Limits = Limits(), ledger=None) -> Sandbox:
+def start(sandbox_ids, state_root: str, *, capabilities=(), limits: Limits = Limits(), ledger=None, sandbox_id=None) -> Sandbox:
     """A READY sandbox; each capability is (NAME, DIR), opened here as the sandbox takes descriptors."""
     uid, gid = sandbox_ids
     opened = [(name, os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for name, directory in capabilities]
     try:
         return Sandbox.start(
-            Spec(uid, gid, tuple(opened), limits), ledger=ledger or RecordingLedger(), state_root=state_root
+            Spec(uid, gid, tuple(opened), limits), ledger=ledger or RecordingLedger(), state_root=state_root,
+            sandbox_id=sandbox_id,
         )
     finally:
         for _, fd in opened:
@@ -90,9 +91,9 @@ def start(sandbox_ids, state_root: str, *, capabilities=(), limits: Limits = Lim
 
 
 def run(sandbox_ids, state_root: str, argv, *, capabilities=(), limits: Limits = Limits(), timeout_ms=20_000,
-        output=64 << 10, env=None, ledger=None):
+        output=64 << 10, env=None, ledger=None, sandbox_id=None):
     """One op in a fresh sandbox; the sandbox is torn down before this returns."""
-    with start(sandbox_ids, state_root, capabilities=capabilities, limits=limits, ledger=ledger) as sandbox:
+    with start(sandbox_ids, state_root, capabilities=capabilities, limits=limits, ledger=ledger, sandbox_id=sandbox_id) as sandbox:
         return sandbox.run(
             list(argv), env=dict(SANDBOX_ENV if env is None else env), timeout_ms=timeout_ms,
             stdout_cap=output, stderr_cap=output,

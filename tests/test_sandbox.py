@@ -258,11 +258,11 @@ def test_the_drop_is_complete_for_every_op(sandbox_ids, state_root):
 
 def test_the_sandbox_dies_with_its_starter(sandbox_ids, state_root):
     """S5/S8: pdeathsig is armed again after the UID change, so killing the starter ends the sandbox."""
+    sandbox_id = f"dies-{os.urandom(6).hex()}"
     program = (
         "import sys; from sandbox_support import run;"
-        f"run({tuple(sandbox_ids)!r}, {state_root!r}, ['/usr/bin/sleep', '30'], timeout_ms=30_000)"
+        f"run({tuple(sandbox_ids)!r}, {state_root!r}, ['/usr/bin/sleep', '30'], timeout_ms=30_000, sandbox_id={sandbox_id!r})"
     )
-    cgroups_before = _sandbox_cgroups()
     child = subprocess.Popen([sys.executable, "-c", program], cwd=os.path.dirname(__file__))
     try:
         deadline = time.monotonic() + 20
@@ -281,12 +281,11 @@ def test_the_sandbox_dies_with_its_starter(sandbox_ids, state_root):
         for pid in processes_of(*sandbox_ids):
             os.kill(pid, signal.SIGKILL)
         # A killed starter cannot remove its sandbox's cgroup; recovery (the
-        # steward's) does that in production, this test does it for itself.
-        for directory in _sandbox_cgroups() - cgroups_before:
-            try:
+        # steward's) does that in production, this test does it for itself:
+        # its own sandbox's alone, never another suite's on this machine.
+        for directory in _sandbox_cgroups():
+            if os.path.basename(directory) == f"casebox-{sandbox_id}":
                 starter.cgroups.remove_sandbox_directory(directory)
-            except OSError:
-                pass  # another suite's sandbox on this machine, still running
 
 
 def _sandbox_cgroups() -> set[str]:
