@@ -324,8 +324,9 @@ def network_namespace_of(sock: socket.socket) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def listen_in_namespace(pid: int) -> socket.socket:
-    """A TCP socket listening on FORWARDER_HOST:FORWARDER_PORT in the network namespace of process ``pid``.
+def listen_in_namespace(netns_fd: int) -> socket.socket:
+    """A TCP socket listening on FORWARDER_HOST:FORWARDER_PORT in the network namespace ``netns_fd`` (a
+    sandbox's, which the steward opened at its handover; the caller keeps and closes the descriptor).
 
     A thread of its own enters that namespace, creates and binds the socket
     and returns to the steward's namespace; a socket keeps the namespace it
@@ -335,7 +336,7 @@ def listen_in_namespace(pid: int) -> socket.socket:
     """
     from launcher import syscalls
 
-    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    target = netns_fd
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     made: dict[str, object] = {}
 
@@ -362,13 +363,12 @@ def listen_in_namespace(pid: int) -> socket.socket:
                 raise made["error"]
             expected = os.fstat(target)
             if network_namespace_of(listener) != (expected.st_dev, expected.st_ino):
-                raise OSError(errno.EXDEV, f"the forwarder's socket is not in the network namespace of pid {pid}")
+                raise OSError(errno.EXDEV, "the forwarder's socket is not in the network namespace of the sandbox's pid 1")
         except BaseException:
             if listener is not None:
                 listener.close()
             raise
     finally:
-        os.close(target)
         os.close(home)
     return listener
 
@@ -397,9 +397,9 @@ class Forwarder:
         self._acceptor = threading.Thread(target=self._serve, name=f"casebox-forwarder-{name}", daemon=True)
 
     @classmethod
-    def open(cls, pid: int, destinations: Destinations, *, name: str, log: Log) -> "Forwarder":
-        """A running forwarder listening in ``pid``'s network namespace."""
-        return cls(listen_in_namespace(pid), destinations, name=name, log=log).start()
+    def open(cls, netns_fd: int, destinations: Destinations, *, name: str, log: Log) -> "Forwarder":
+        """A running forwarder listening in the network namespace ``netns_fd``."""
+        return cls(listen_in_namespace(netns_fd), destinations, name=name, log=log).start()
 
     def start(self) -> "Forwarder":
         self._acceptor.start()

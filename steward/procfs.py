@@ -67,9 +67,19 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def shares_network_namespace(pid: int) -> bool:
-    """True when process ``pid`` is in this process's network namespace (S9: no sandbox ever is)."""
-    theirs, ours = os.stat(f"/proc/{pid}/ns/net"), os.stat("/proc/self/ns/net")
+def open_network_namespace(pid: int) -> int:
+    """A descriptor of process ``pid``'s network namespace.
+
+    The kernel lets a caller open it only with ptrace read access: the same
+    credentials and a dumpable target, or CAP_SYS_PTRACE. So the steward
+    opens a sandbox's while its pid 1 is still root's, before the drop.
+    """
+    return os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+
+def shares_network_namespace(netns_fd: int) -> bool:
+    """True when the network namespace ``netns_fd`` is this process's (S9: no sandbox's ever is)."""
+    theirs, ours = os.fstat(netns_fd), os.stat("/proc/self/ns/net")
     return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 

@@ -174,6 +174,8 @@ class Sandbox:
         self.outer_launcher: subprocess.Popen | None = None
         self.unreaped: dict[int, str] = {}
         self.init_pid = 0
+        # pid 1's network namespace, opened at the handover and closed when the bootstrap ends (S9).
+        self.init_netns_fd = -1
         self.ops = 0
         self.mount_ops = 0
         self.pending_mounts: dict[tuple[str, str, str], str] = {}
@@ -362,6 +364,14 @@ class Sandbox:
 
     def _bootstrap(self) -> None:
         """Answer the launcher's leaves until READY."""
+        try:
+            self._bootstrap_leaves()
+        finally:
+            if self.init_netns_fd >= 0:
+                os.close(self.init_netns_fd)
+                self.init_netns_fd = -1
+
+    def _bootstrap_leaves(self) -> None:
         while True:
             message = self.channel.receive(
                 "MOUNT_INTENT", "MOUNT_DONE", "UNMOUNT_INTENT", "UNMOUNT_DONE", "CHILD", "READY"
@@ -376,12 +386,14 @@ class Sandbox:
                     seccomp.check(observations, seccomp.inherited_filters())
                 except (drop.DropError, seccomp.FilterError) as error:
                     raise ProtocolError(str(error)) from None
-                if procfs.shares_network_namespace(self.init_pid):
+                if self.init_netns_fd < 0:
+                    raise ProtocolError("READY came before stage 1 handed pid 1 over")
+                if procfs.shares_network_namespace(self.init_netns_fd):
                     # S9: no op ever runs in the host's network namespace.
                     raise ProtocolError("pid 1 shares the steward's network namespace; every sandbox has its own")
                 if self.spec.network == INDEX_NETWORK:
                     try:
-                        self.forwarder = Forwarder.open(self.init_pid, self.spec.destinations, name=self.id, log=log)
+                        self.forwarder = Forwarder.open(self.init_netns_fd, self.spec.destinations, name=self.id, log=log)
                     except OSError as error:
                         raise ProtocolError(f"the forwarder cannot listen in the sandbox's network namespace: {error}") from None
                 self.hidepid = message.fields["proc_hidepid"]
@@ -420,6 +432,9 @@ class Sandbox:
         if found.ppid != os.getpid() or procfs.namespace_pids(pid)[-1] != 1:
             raise ProtocolError(f"process {pid} is not our child and pid 1 of a new namespace")
         self.init_pid = pid
+        # Opened now, while pid 1 has root's credentials and is dumpable: after its drop only CAP_SYS_PTRACE
+        # could open it, which the unit's bounding set leaves out (issue 12). pid 1 is blocked until our ack.
+        self.init_netns_fd = procfs.open_network_namespace(pid)
         self.unreaped[pid] = self._op_id("init")
         self.ledger.process_intent(self._op_id("init"), "namespace", found.pid, found.starttime, found.pgid)
         outer_launcher = self.outer_launcher.pid

@@ -399,7 +399,7 @@ def test_a_forwarder_socket_outside_the_sandboxs_namespace_fails_the_start(tmp_p
     steward = Steward(settings(str(tmp_path / "state"), sandbox_ids), capability_check=accept_all)
     try:
         session = steward.open_session("net-3")
-        with pytest.raises(SandboxFailure, match="not in the network namespace of pid"):
+        with pytest.raises(SandboxFailure, match="not in the network namespace of the sandbox.s pid 1"):
             session.start_sandbox(network=INDEX_NETWORK, index="http://127.0.0.1:9/simple/")
         session.close()
     finally:

@@ -1,7 +1,9 @@
 """casebox verify through the steward daemon, run by an unprivileged user (issue 6's socket, issue 7's verify).
 
-A daemon (`casebox steward serve`) runs as root with nobody in client_uids and a socket group of its own; the
-client is `casebox verify` run as nobody on the runtime interpreter, from a world-readable copy of casebox's
+A daemon (`casebox steward serve`) runs as root with nobody in client_uids and a socket group of its own, and
+with no capability outside the CapabilityBoundingSet of packaging/systemd/casebox-steward.service and no new
+privileges, as systemd starts it (issue 12: a root daemon that needs CAP_SYS_PTRACE passes a plain root run
+and fails under the unit); the client is `casebox verify` run as nobody on the runtime interpreter, from a world-readable copy of casebox's
 packages with no site-packages at all (so the client needs nothing of the root side: no psutil, prctl or
 cffi), on world-readable copies of the demo's bundle, plan, verifier tree and index, into an evidence
 directory nobody owns.
@@ -31,6 +33,26 @@ from steward import client
 pytestmark = pytest.mark.root
 NOBODY = 65534
 PACKAGES = ("executor", "journal", "steward", "launcher")
+UNIT = REPO / "packaging" / "systemd" / "casebox-steward.service"
+
+
+def _unit_capabilities() -> set[str]:
+    """The unit's CapabilityBoundingSet, as python-prctl's names (``sys_admin``)."""
+    lines = [line for line in UNIT.read_text().splitlines() if line.startswith("CapabilityBoundingSet=")]
+    assert len(lines) == 1, f"{UNIT} has {len(lines)} CapabilityBoundingSet= lines"
+    return {name.removeprefix("CAP_").lower() for name in lines[0].split("=", 1)[1].split()}
+
+
+def _as_unit() -> None:
+    """In the daemon's child before its exec: the unit's bounding set and NoNewPrivileges=yes. Root's exec
+    then keeps exactly those capabilities in its permitted and effective sets."""
+    import prctl
+
+    kept = _unit_capabilities()
+    for name in prctl.ALL_CAP_NAMES:
+        if name not in kept:
+            prctl.capbset.drop(name)
+    prctl.set_no_new_privs(1)
 
 
 def _readable(path: pathlib.Path) -> None:
@@ -83,7 +105,7 @@ def attempt(sandbox_ids, other_ids, sandbox_pool_size, casebox):
             [str(REPO / ".venv" / "bin" / "casebox"), "--config", str(base / "daemon.toml"), "steward", "serve",
              "--socket", str(sock), "--state-root", str(state)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-            env={**os.environ, "NOTIFY_SOCKET": str(base / "notify")},
+            env={**os.environ, "NOTIFY_SOCKET": str(base / "notify")}, preexec_fn=_as_unit,
         )
         try:
             assert notify.recv(64) == b"READY=1"
