@@ -22,6 +22,9 @@ DEFAULT_SANDBOX_ID = 2_000_000_000
 # A second identity of this run's own is the dedicated one shifted this far, never by one: two suites run side
 # by side with neighbouring dedicated ids, and one's "other uid" must not be the next one's dedicated uid.
 OTHER_IDS_OFFSET = 1_000_000_000
+# The default dedicated uid and the one after it form the pool of a run that chose no ids of its own, so CI runs
+# the tests that need two pairs; a second suite beside it picks ids of its own (CASEBOX_TEST_UID).
+DEFAULT_POOL_SIZE = 2
 SUITE_TMP_PREFIX = "casebox-suite-"
 
 
@@ -90,9 +93,12 @@ def sandbox_ids() -> tuple[int, int]:
 @pytest.fixture(scope="session")
 def sandbox_pool_size() -> int:
     """How many consecutive (uid, gid) pairs from the dedicated pair this run may use as its sandbox pool
-    (config sandbox_ids, verify --jobs): CASEBOX_TEST_IDS, default 1, so one CASEBOX_TEST_UID is enough and a
-    test that needs two pairs is skipped."""
-    return int(os.environ.get("CASEBOX_TEST_IDS", "1"))
+    (config sandbox_ids, verify --jobs): CASEBOX_TEST_IDS when set. Otherwise two with the default dedicated
+    ids, whose neighbour is reserved for this pool, and one with a CASEBOX_TEST_UID of the caller's, whose
+    neighbour may be another side-by-side suite's dedicated uid (the tests that need two pairs then skip)."""
+    if "CASEBOX_TEST_IDS" in os.environ:
+        return int(os.environ["CASEBOX_TEST_IDS"])
+    return 1 if "CASEBOX_TEST_UID" in os.environ else DEFAULT_POOL_SIZE
 
 
 @pytest.fixture(scope="session")
