@@ -317,10 +317,20 @@ def _parallel(config, request, plan, stages, capabilities, runtime, index_fd, ev
     """The stages on worker threads, each with copies of the shared capabilities and a scratch directory of its own.
 
     Every stage runs to its end (closed, or abandoned on its own failure) before the first failure is raised,
-    so no session is left open. An interrupt halts every open session's ops; each stage then ends as usual."""
+    so no session is left open. An interrupt halts every open session's ops; each stage then ends as interrupted
+    (its halted ops' receipts are never exported as a closed stage's)."""
     import concurrent.futures
+    import threading
 
     sessions_open: list = []
+    interrupted = threading.Event()
+
+    def opened(session) -> None:
+        sessions_open.append(session)
+        # A session opened while the main thread halts the others: the interrupt is set before their halt, so
+        # either that halt sees this session or this check sees the interrupt.
+        if interrupted.is_set():
+            session.halt()
 
     def one(index: int):
         own = Scratch()
@@ -329,7 +339,8 @@ def _parallel(config, request, plan, stages, capabilities, runtime, index_fd, ev
             try:
                 copies.append(own.directory("tools", _tools()))
                 return _attempt(config, request, plan, stages[index], copies, own, runtime, index_fd, evidence_fds[index],
-                                progress, embedded, opened=sessions_open.append, label=f"stage {index + 1}/{len(stages)}: ")
+                                progress, embedded, opened=opened, label=f"stage {index + 1}/{len(stages)}: ",
+                                interrupted=interrupted)
             finally:
                 for copy in copies:
                     if copy.state == "open":
@@ -344,6 +355,7 @@ def _parallel(config, request, plan, stages, capabilities, runtime, index_fd, ev
         except BaseException:
             for future in futures:
                 future.cancel()
+            interrupted.set()
             for session in list(sessions_open):
                 session.halt()
             concurrent.futures.wait(futures)
@@ -355,7 +367,7 @@ def _parallel(config, request, plan, stages, capabilities, runtime, index_fd, ev
 
 
 def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index_fd, evidence_fd, progress, embedded,
-             *, opened=None, label: str = ""):
+             *, opened=None, label: str = "", interrupted=None):
     """One stage: its session, its cases, its close and export; (closed, runs, notes, steward)."""
     def say(line: str) -> None:
         progress(label + line)
@@ -381,6 +393,10 @@ def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index
                 f"the index network (the steward's forwarder to {request.index_url} and its file hosts, nothing else) "
                 f"was given to the resolver and fetch sandboxes only ({', '.join(preparer.networked)})"
             )
+        if interrupted is not None and interrupted.is_set():
+            # The interrupt reached the main thread, and this stage's ops were halted (killed): they are not cases
+            # that failed, so the stage ends as the interrupted session it is, not CLOSED with their receipts.
+            raise KeyboardInterrupt
         say("cleanup and retirement")
         closing = True
         changed = runtime.changed()

@@ -131,6 +131,14 @@ class RemoteSession:
         self._endpoint.sock.close()
         return closed
 
+    def halt(self) -> None:
+        """Interrupted, from another thread: shut the connection down, which ends the call waiting on it. The
+        daemon, its client gone, kills the op and retires the stage UNVERIFIED, as after abandon."""
+        try:
+            self._endpoint.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed: the session has ended
+
     def abandon(self) -> None:
         """Go away without CLOSE: the daemon cleans up and retires the stage as UNVERIFIED (if it has not already)."""
         self.ended = True

@@ -165,6 +165,13 @@ def _turn_away(sock: socket.socket, kind: str, body: dict) -> None:
         sock.close()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Served:
+    """A selector key's data: this connection has a request being served (see Server._watch)."""
+
+    connection: "Connection"
+
+
 class Connection:
     """One client's connection: at most one session, driven by its requests in order on the session's thread."""
 
@@ -176,8 +183,10 @@ class Connection:
         self.session: Session | None = None
         self.inbox: queue.SimpleQueue | None = None
         self.thread: threading.Thread | None = None
-        # The selector loop's own: whether it waits for the next request, and since when.
+        # The selector loop's own: whether it waits for the next request, and since when; whether it watches
+        # for the client hanging up while a request is served.
         self.waiting = False
+        self.watching = False
         self.idle_since = time.monotonic()
         # None while the session's thread runs; then "retired", or why it could not be.
         self.outcome: str | None = None
@@ -500,6 +509,8 @@ class Server:
                         self._stopping = True
                     elif key.fileobj == self._wake_read:
                         self._take_notices()
+                    elif isinstance(key.data, _Served):
+                        self._hung_up(key.data.connection)
                     else:
                         self._receive(key.data)
                 self._end_idle()
@@ -596,14 +607,36 @@ class Server:
         return None
 
     def _wait_for_request(self, connection: Connection) -> None:
+        self._busy(connection)
         connection.waiting = True
         connection.idle_since = time.monotonic()
         self._selector.register(connection.sock, selectors.EVENT_READ, connection)
 
     def _busy(self, connection: Connection) -> None:
-        if connection.waiting:
+        if connection.waiting or connection.watching:
             self._selector.unregister(connection.sock)
-            connection.waiting = False
+            connection.waiting = connection.watching = False
+
+    def _watch(self, connection: Connection) -> None:
+        """While its request is served: a client that hangs up (interrupted) ends its op at once, not at the op's
+        timeout. A client sends nothing else while it waits for a reply."""
+        self._selector.register(connection.sock, selectors.EVENT_READ, _Served(connection))
+        connection.watching = True
+
+    def _hung_up(self, connection: Connection) -> None:
+        if not connection.watching:
+            return  # an event of the same turn as the request's end: it waits for the next request again
+        self._busy(connection)
+        try:
+            early = connection.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            early = b""
+        # A request sent early stays for the session's thread, which reads it after its reply, as always.
+        if early == b"" and connection.session is not None:
+            log(f"{connection.describe()} hung up during a request; ending its op")
+            connection.session.halt()
 
     def _forget(self, connection: Connection) -> None:
         self._busy(connection)
@@ -630,6 +663,7 @@ class Server:
             connection.start(message)
         else:
             connection.inbox.put(message)
+        self._watch(connection)
 
     def _take_notices(self) -> None:
         try:

@@ -21,6 +21,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import time
 
 import pytest
 from sandbox_support import mount_table, processes_of
@@ -28,6 +29,7 @@ from test_verify import EXAMPLES, EXPECTED, REPO, packed, scratch_dirs, table, v
 
 from executor.cases import runtime
 from executor.inside import LIBRARIES
+from journal.reader import read_journal
 from steward import client
 
 pytestmark = pytest.mark.root
@@ -112,21 +114,22 @@ def attempt(sandbox_ids, other_ids, sandbox_pool_size, casebox):
             before, staged = mount_table(str(base)), scratch_dirs()
             script = f"import sys; sys.path.insert(0, {str(base / 'code')!r}); from executor.cli.main import main; sys.exit(main())"
 
-            def verify(attempt_id: str, *extra: str, plan: str = "plan.json") -> subprocess.CompletedProcess:
-                return subprocess.run(
-                    [runtime.choose_interpreter(), "-I", "-S", "-c", script, "--config", str(base / "client.toml"), "verify",
-                     "--bundle", str(bundle), "--sha256", sha256, "--plan", str(base / plan),
-                     "--verifier-tree", str(base / "verifier"), "--index", str(base / "index"), "--attempt", attempt_id,
-                     "--evidence", str(base / "out" / attempt_id), "--root", str(base), *extra],
-                    capture_output=True, cwd=base, env={"PATH": "/usr/bin:/bin"}, timeout=300, preexec_fn=_as_client(socket_gid),
-                )
+            def command(attempt_id: str, *extra: str, plan: str = "plan.json") -> list[str]:
+                return [runtime.choose_interpreter(), "-I", "-S", "-c", script, "--config", str(base / "client.toml"), "verify",
+                        "--bundle", str(bundle), "--sha256", sha256, "--plan", str(base / plan),
+                        "--verifier-tree", str(base / "verifier"), "--index", str(base / "index"), "--attempt", attempt_id,
+                        "--evidence", str(base / "out" / attempt_id), "--root", str(base), *extra]
+
+            def verify(attempt_id: str, *extra: str) -> subprocess.CompletedProcess:
+                return subprocess.run(command(attempt_id, *extra), capture_output=True, cwd=base, env={"PATH": "/usr/bin:/bin"},
+                                      timeout=300, preexec_fn=_as_client(socket_gid))
 
             # One stage, as the tests of this module expect of the demo's evidence.
             result = verify("daemon-1", "--jobs", "1")
             # Issue 14 (5) through the daemon: two stages at once, each a connection bound to its own pair.
             jobs = verify("daemon-jobs", "--jobs", "2") if pool >= 2 else None
             yield {"base": base, "result": result, "sha256": sha256, "daemon": daemon, "socket": str(sock),
-                   "before": before, "staged": staged, "socket_gid": socket_gid, "jobs": jobs}
+                   "before": before, "staged": staged, "socket_gid": socket_gid, "jobs": jobs, "command": command}
         finally:
             notify.close()
             if daemon.poll() is None:
@@ -191,3 +194,59 @@ def test_verify_jobs_runs_two_stages_through_the_daemon(attempt):
     assert sorted(os.listdir(evidence)) == ["stage-1", "stage-2"]
     assert all((evidence / stage).stat().st_uid == NOBODY for stage in ("stage-1", "stage-2"))
     assert "running the attempt as 2 stages, 2 at once" in result.stderr.decode()
+
+
+def test_an_interrupted_verify_with_two_stages_leaves_the_daemon_both_sessions_abandoned(attempt, sandbox_ids):
+    """Issue 14 (5), C9 through the daemon: Ctrl-C while two stages run their cases ends verify with exit 130;
+    each stage's connection is shut down, so the daemon kills its op and retires the stage UNVERIFIED
+    (ABANDONED), exporting nothing; no stage is closed with its killed cases as failed receipts, and the daemon
+    serves on."""
+    if attempt["jobs"] is None:
+        pytest.skip("needs CASEBOX_TEST_IDS of 2 or more")
+    base = attempt["base"]
+    sleeper = {"op": "pytest", "args": ["tests/test_limits.py::test_sleeps_forever"], "timeout_ms": 300_000,
+               "applicable": True, "expect_exit": 0}
+    (base / "sleepers.json").write_text(json.dumps({"schema": "casebox.plan.v1",
+                                                    "cases": [{"id": f"sleep-{n}", **sleeper} for n in range(4)]}))
+    os.chmod(base / "sleepers.json", 0o644)
+    drop = _as_client(attempt["socket_gid"])
+
+    def as_a_foreground_client() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        drop()
+
+    process = subprocess.Popen(attempt["command"]("daemon-stopped", "--jobs", "2", plan="sleepers.json"), cwd=base,
+                               env={"PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=as_a_foreground_client)
+    seen = b""
+    deadline = time.monotonic() + 600
+    while not all(f"stage {n}/2: running".encode() in seen for n in (1, 2)) and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen += line
+    try:
+        assert all(f"stage {n}/2: running".encode() in seen for n in (1, 2)), f"both stages never ran cases: {seen[-3000:]!r}"
+        time.sleep(2)  # each stage's first op under way
+        os.killpg(process.pid, signal.SIGINT)
+        _, rest = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, (seen + rest)[-3000:]
+    tombstones = base / "state" / "tombstones"
+    deadline = time.monotonic() + 120
+    while True:
+        notes = []
+        for name in os.listdir(tombstones):
+            records = read_journal((tombstones / name / "journal").read_bytes()).records
+            if records[0].fields["attempt_id"] == "daemon-stopped":
+                notes.append(records[-1].fields.get("note"))
+        if len(notes) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(notes) == 2 and all(note.startswith("session=ABANDONED") for note in notes), notes
+    evidence = base / "out" / "daemon-stopped"
+    assert not evidence.exists() or [path for path in evidence.rglob("*") if path.is_file()] == []
+    assert attempt["daemon"].poll() is None
