@@ -208,6 +208,15 @@ class Connection:
         except OSError:
             pass
 
+    def hang_up(self) -> None:
+        """The session's thread is done: the client sees the end at once, while the descriptor stays open (the
+        selector loop may still watch it) until the loop forgets the connection and closes it, so its number is
+        never reused under a stale registration."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     # -- the session's thread -------------------------------------------------
 
     def start(self, first: Message) -> None:
@@ -236,7 +245,7 @@ class Connection:
             try:
                 self._end(ending)
             finally:
-                self.close()
+                self.hang_up()
                 self.server.notice(self, ready=False)
 
     def _end(self, ending: Ending) -> None:
@@ -634,7 +643,7 @@ class Server:
         except OSError:
             early = b""
         # A request sent early stays for the session's thread, which reads it after its reply, as always.
-        if early == b"" and connection.session is not None:
+        if early == b"" and connection.session is not None and not connection.session.ended:
             log(f"{connection.describe()} hung up during a request; ending its op")
             connection.session.halt()
 
@@ -736,6 +745,8 @@ class Server:
                 left.append((connection, f"was not retired within {self.bounds.stop_seconds:g} s (stop_seconds)"))
             elif connection.outcome != "retired":
                 left.append((connection, f"could not be retired: {connection.outcome}"))
+            if not connection.thread.is_alive():
+                self._forget(connection)
         for connection, why in left:
             stage = connection.session.stage_id if connection.session is not None else "(none yet)"
             log(f"stage {stage} of {connection.describe()} {why}; casebox stage recover --all finishes it")
