@@ -109,6 +109,13 @@ class ClosedObject:
             raise StrictJSONError(child_path(self.path, key), "is missing")
         return value
 
+    def pop_nullable_int(self, key: str, *, high: int) -> int | None:
+        """Pop a field that is null or an integer from 0 to ``high``."""
+        value = self.pop_nullable(key)
+        if value is not None and (type(value) is not int or not 0 <= value <= high):
+            raise StrictJSONError(child_path(self.path, key), f"must be null or an integer from 0 to {high}")
+        return value
+
     def done(self) -> None:
         if self._rest:
             key = sorted(self._rest)[0]

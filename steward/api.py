@@ -193,6 +193,8 @@ class OpResult:
     wall_ms: int
     cpu_ms: int
     max_rss_kib: int
+    # The ops cgroup's memory high-water mark over the op (steward/cgroups.py); None where the kernel keeps none.
+    memory_peak_bytes: int | None
     stdout: bytes
     stderr: bytes
     stdout_truncated: bool
@@ -244,6 +246,7 @@ def _observation_from_wire(fields: ClosedObject, op_id: str) -> OpResult | OpNot
             wall_ms=_int(fields, "wall_ms"),
             cpu_ms=_int(fields, "cpu_ms"),
             max_rss_kib=_int(fields, "max_rss_kib"),
+            memory_peak_bytes=fields.pop_nullable_int("memory_peak_bytes", high=MAX_SAFE_INTEGER),
             stdout=_bytes(fields, "stdout", MAX_OUTPUT),
             stderr=_bytes(fields, "stderr", MAX_OUTPUT),
             stdout_truncated=fields.pop_bool("stdout_truncated"),

@@ -28,6 +28,15 @@ at ``pids.max``.
   socket at that cap is refused more buffer without a failure being counted
   (recent kernels keep no failcnt for it), so its high-water mark, reset
   before each op, says whether an op reached it.
+
+Each op's memory high-water mark (its receipt's ``memory_peak_bytes``) is the
+``ops`` cgroup's, reset to the current usage before the op: v1's
+``memory.max_usage_in_bytes`` (a write resets it), v2's ``memory.peak``
+(kernel 5.19 and later; from 6.12 a write resets it for reads through the
+same descriptor, which the starter holds open). On 5.19 to 6.11 it cannot be
+reset, so it is the peak since the sandbox began (a case sandbox runs one
+op); before 5.19 there is none and the peak is null. Pages an earlier op left
+charged (its files in ``/tmp`` and ``/work``) count in the next op's peak.
 """
 
 from __future__ import annotations
@@ -170,6 +179,7 @@ _V1_COUNTERS = {
     "pids_refused": (("pids", "pids.events", "max"),),
 }
 _V1_TCP_PEAK = "memory.kmem.tcp.max_usage_in_bytes"
+_MEMORY_PEAK = {1: "memory.max_usage_in_bytes", 2: "memory.peak"}
 _V1_TCP_CAP = "memory.kmem.tcp.limit_in_bytes"
 
 
@@ -190,6 +200,10 @@ class SandboxCgroup:
     # The counter files, opened once: a pread costs a tenth of an open and a read, twice per op.
     counter_files: dict = dataclasses.field(default_factory=dict)
     tcp_cap: int = 0
+    # The ops cgroup's memory high-water mark, opened once for reading and, where the kernel lets a write
+    # reset it, for writing: on v2 the reset holds only for reads through the descriptor that wrote.
+    peak_fd: int = -1
+    peak_resets: bool = False
 
     @classmethod
     def create(cls, hierarchy: Hierarchy, name: str, *, memory_bytes: int, pids_max: int) -> "SandboxCgroup":
@@ -252,6 +266,19 @@ class SandboxCgroup:
             path = os.path.join(places[place], name)
             if (place, name) not in self.counter_files and (self.hierarchy.version == 2 or os.path.exists(path)):
                 self.counter_files[(place, name)] = (os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW), path)
+        self._open_peak(os.path.join(self.ops, _MEMORY_PEAK[self.hierarchy.version]))
+
+    def _open_peak(self, path: str) -> None:
+        """Open the ops cgroup's high-water mark: read-write where a write resets it, read-only on v2 kernels
+        5.19 to 6.11 (the file is read-only, so kernfs refuses a writable open with EACCES), and not at all
+        where the kernel keeps none (v2 before 5.19)."""
+        try:
+            self.peak_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            self.peak_resets = True
+        except PermissionError:
+            self.peak_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            pass
 
     def _read(self, place: str, name: str, key: str | None) -> int:
         found = self.counter_files.get((place, name))
@@ -262,9 +289,19 @@ class SandboxCgroup:
         return int(text) if key is None else _counter(text, key, path)
 
     def reset_peaks(self) -> None:
-        """Before an op: v1's TCP high-water mark back to the current usage (v2 counts every refused charge)."""
+        """Before an op: the memory high-water mark and v1's TCP one back to the current usage (v2 counts
+        every refused charge, so it needs no TCP mark)."""
+        if self.peak_resets:
+            os.pwrite(self.peak_fd, b"0", 0)
         if self.tcp_cap:
             _write(os.path.join(self.ops, _V1_TCP_PEAK), "0")
+
+    def memory_peak(self) -> int | None:
+        """The ops cgroup's memory high-water mark in bytes since the last reset (or since it was made, where
+        the kernel cannot reset it); None where the kernel keeps none."""
+        if self.peak_fd < 0:
+            return None
+        return int(os.pread(self.peak_fd, 64, 0))
 
     def counters(self) -> Counters:
         table = _V2_COUNTERS if self.hierarchy.version == 2 else _V1_COUNTERS
@@ -279,6 +316,9 @@ class SandboxCgroup:
         for fd, _ in self.counter_files.values():
             os.close(fd)
         self.counter_files = {}
+        if self.peak_fd >= 0:
+            os.close(self.peak_fd)
+            self.peak_fd = -1
         if self.hierarchy.version == 2 and self.ops:
             kill_all(os.path.dirname(self.ops))
         for directory in reversed(self.directories):

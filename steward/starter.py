@@ -513,6 +513,7 @@ class Sandbox:
         self.ledger.process_terminal(op_id, fields["wait_status"], "launcher")
         self.ledger.descendants_terminal(op_id, fields["descendants_reaped"])
         after = self.cgroup.counters()
+        memory_peak = self.cgroup.memory_peak()  # every process of the op is reaped: the mark is final
         self.op_counters = None
         self.channel.ack(message)
         self.channel.sock.settimeout(None)
@@ -525,6 +526,7 @@ class Sandbox:
             wall_ms=fields["wall_ms"],
             cpu_ms=fields["cpu_ms"],
             max_rss_kib=fields["max_rss_kib"],
+            memory_peak_bytes=memory_peak,
             stdout=fields["stdout"],
             stderr=fields["stderr"],
             stdout_truncated=fields["stdout_truncated"],

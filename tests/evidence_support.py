@@ -92,7 +92,7 @@ class Run:
     def outcome(self) -> Outcome:
         if self.limit == "NOT_STARTED":
             return Outcome("NOT_STARTED", self.wait_status, self.descendants, None, NotStarted("exec", 2))
-        observed = Observed(self.wall_ms, self.wall_ms // 2, 20_480, Stream.of(self.stdout, False), Stream.of(self.stderr, False))
+        observed = Observed(self.wall_ms, self.wall_ms // 2, 20_480, 24 << 20, Stream.of(self.stdout, False), Stream.of(self.stderr, False))
         return Outcome(self.limit, self.wait_status, self.descendants, observed, None)
 
     def output(self) -> CaseOutput | None:

@@ -43,6 +43,7 @@ def outcome(op_id: str = "s.op-1", *, limit: str = "OK", wait_status: int = 0, s
     observation = (
         OpResult(
             limit=limit, wait_status=wait_status, descendants_reaped=0, wall_ms=5, cpu_ms=4, max_rss_kib=1000,
+            memory_peak_bytes=2 << 20,
             stdout=stdout, stderr=b"", stdout_truncated=False, stderr_truncated=False,
         )
         if started

@@ -280,3 +280,61 @@ def test_a_pid_1_that_dies_anyway_under_an_oom_kill_is_memory_never_an_internal_
         finally:
             killer.cancel()
     assert caught.value.limit == ("MEMORY" if oom_killed else None)
+
+
+# -- the op's memory high-water mark (issue 12) --------------------------------------
+
+# Touches its argument in MiB: the bytes object is filled, so every page is charged to the ops cgroup.
+TOUCH = "import sys\nheld = b'x' * (int(sys.argv[1]) << 20)\n"
+
+
+def _two_ops(sandbox) -> tuple[OpResult, OpResult]:
+    """An op that touches 64 MiB, then one that touches 1 MiB, in one sandbox under a 256 MiB cap."""
+    big, small = (sandbox.run([PYTHON, "-c", TOUCH, size], env={}, timeout_ms=30_000, stdout_cap=4096, stderr_cap=4096)
+                  for size in ("64", "1"))
+    assert isinstance(big, OpResult) and isinstance(small, OpResult) and big.limit == small.limit == "OK", (big, small)
+    return big, small
+
+
+@pytest.mark.usefixtures("contained")
+def test_each_op_reports_its_own_memory_peak_and_the_receipt_carries_it(sandbox_ids, state_root):
+    """S14 / issue 12: an op that touches 64 MiB under a larger cap has a memory peak of at least 64 MiB, as the
+    ops cgroup measured it, and its receipt's observed.memory_peak_bytes is that peak; the next op in the same
+    sandbox, touching little, has a much smaller one because the peak is reset before each op (v1's
+    memory.max_usage_in_bytes; v2's memory.peak where the kernel lets a write reset it, 6.12 and later)."""
+    from executor.evidence.receipts import outcome_from_launcher
+
+    with start(sandbox_ids, state_root, limits=Limits(memory_bytes=256 * MIB)) as sandbox:
+        if not sandbox.cgroup.peak_resets:
+            pytest.skip("this kernel's memory.peak cannot be reset (cgroup v2 before 6.12); see the cgroup2 test")
+        big, small = _two_ops(sandbox)
+    assert big.memory_peak_bytes >= 64 * MIB, big.memory_peak_bytes
+    assert small.memory_peak_bytes < 32 * MIB, (big.memory_peak_bytes, small.memory_peak_bytes)
+    assert outcome_from_launcher(big).observed.memory_peak_bytes == big.memory_peak_bytes
+
+
+@pytest.mark.usefixtures("contained")
+@pytest.mark.cgroup2
+@pytest.mark.skipif(not _cgroup_v2(), reason="needs cgroup v2 with memory and pids; this host is v1")
+def test_on_cgroup_v2_the_memory_peak_is_the_ops_cgroups_memory_peak(sandbox_ids, state_root):
+    """S14 / issue 12 on v2: the peak is read from the ops cgroup's memory.peak (kernel 5.19 and later; before,
+    it is null). The starter resets it exactly where the kernel made the file writable (6.12 and later, where a
+    write resets the peak for reads through the same descriptor): there the second op's peak is its own, much
+    smaller; on 5.19 to 6.11 it is the peak since the sandbox began, as docs/receipts.md says."""
+    with start(sandbox_ids, state_root, limits=Limits(memory_bytes=256 * MIB)) as sandbox:
+        group = sandbox.cgroup
+        path = os.path.join(group.ops, "memory.peak")
+        if not os.path.exists(path):
+            assert group.memory_peak() is None
+            pytest.skip("this kernel keeps no memory.peak (before 5.19): the peak is null")
+        writable = bool(os.stat(path).st_mode & 0o222)
+        big, small = _two_ops(sandbox)
+        with open(path) as file:
+            since_start = int(file.read())  # a descriptor of its own: never reset by the starter
+    assert group.peak_resets == writable
+    assert big.memory_peak_bytes >= 64 * MIB, big.memory_peak_bytes
+    assert since_start >= big.memory_peak_bytes
+    if writable:
+        assert small.memory_peak_bytes < 32 * MIB, (big.memory_peak_bytes, small.memory_peak_bytes)
+    else:
+        assert small.memory_peak_bytes >= big.memory_peak_bytes

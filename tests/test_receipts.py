@@ -56,7 +56,7 @@ SHIPPED_FILTER = min(SHIPPED_FILTER_DIGESTS)
 
 
 def ran(limit="OK", wait_status=0, **fields) -> OpResult:
-    values = dict(descendants_reaped=2, wall_ms=1500, cpu_ms=700, max_rss_kib=30_000, stdout=b"hello\n", stderr=b"",
+    values = dict(descendants_reaped=2, wall_ms=1500, cpu_ms=700, max_rss_kib=30_000, memory_peak_bytes=40_960_000, stdout=b"hello\n", stderr=b"",
                   stdout_truncated=False, stderr_truncated=False)
     values.update(fields)
     return OpResult(limit, wait_status, **values)
@@ -106,7 +106,19 @@ def test_the_launcher_s_observation_maps_to_the_receipt_fields():
     assert outcome.observed.stdout.sha256 == hashlib.sha256(b"x" * 10).hexdigest()
     assert outcome.observed.stderr == Stream(hashlib.sha256(b"").hexdigest(), 0, False)
     assert (outcome.observed.wall_ms, outcome.observed.cpu_ms, outcome.observed.max_rss_kib) == (1500, 700, 30_000)
+    assert outcome.observed.memory_peak_bytes == 40_960_000
     assert outcome.not_started is None
+
+
+@pytest.mark.parametrize("peak", [0, 40_960_000, None])
+def test_the_memory_peak_round_trips_and_null_is_a_kernel_without_one(peak):
+    """S14 / issue 12: the ops cgroup's memory high-water mark lands in observed.memory_peak_bytes and reads back
+    from the canonical bytes; null (a v2 kernel before 5.19 keeps no memory.peak) is kept as null, never 0."""
+    receipt = built("pass", ran(memory_peak_bytes=peak))
+    data = receipt.canonical_bytes()
+    assert json.loads(data)["observed"]["memory_peak_bytes"] == peak
+    assert receipt_from_bytes(data).outcome.observed.memory_peak_bytes == peak
+    assert receipt_from_bytes(data) == receipt
 
 
 def test_an_op_that_failed_before_exec_has_no_exit_code():
@@ -179,6 +191,11 @@ REFUSALS = [
     ("string for an int", _set(["observed", "wall_ms"], "1500"), "$.observed.wall_ms"),
     ("int for a bool", _set(["observed", "stderr", "truncated"], 0), "$.observed.stderr.truncated"),
     ("schema", _set(["schema"], "casebox.receipt.v1"), "$.schema"),
+    ("schema v2 (before memory_peak_bytes)", _set(["schema"], "casebox.receipt.v2"), "$.schema"),
+    ("missing memory peak (issue 12)", _delete(["observed", "memory_peak_bytes"]), "$.observed.memory_peak_bytes"),
+    ("negative memory peak (issue 12)", _set(["observed", "memory_peak_bytes"], -1), "$.observed.memory_peak_bytes"),
+    ("string for the memory peak (issue 12)", _set(["observed", "memory_peak_bytes"], "67108864"), "$.observed.memory_peak_bytes"),
+    ("bool for the memory peak (issue 12)", _set(["observed", "memory_peak_bytes"], True), "$.observed.memory_peak_bytes"),
     ("casebox version", _set(["casebox_version"], "1 2"), "$.casebox_version"),
     ("missing casebox version", _delete(["casebox_version"]), "$.casebox_version"),
     ("unknown phase", _set(["phases", 0, "phase"], "case"), "$.phases[0].phase"),

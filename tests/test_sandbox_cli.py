@@ -14,7 +14,7 @@ from steward import starter
 
 REQUIRED = {
     "class", "wait_status", "exit_code", "signal", "uid", "gid", "stdout", "stderr", "stdout_truncated",
-    "stderr_truncated", "descendants_reaped", "wall_ms", "cpu_ms", "max_rss_kib",
+    "stderr_truncated", "descendants_reaped", "wall_ms", "cpu_ms", "max_rss_kib", "memory_peak_bytes",
 }
 
 
@@ -44,7 +44,7 @@ def test_an_op_that_ran_prints_one_json_object(capsys, sandbox_ids, state_root):
     assert (report["uid"], report["gid"]) == sandbox_ids
     assert report["stdout"] == "hi\ufffd" and report["stderr"] == "oops\n"
     assert report["stdout_truncated"] is report["stderr_truncated"] is False
-    assert all(type(report[key]) is int for key in ("descendants_reaped", "wall_ms", "cpu_ms", "max_rss_kib"))
+    assert all(type(report[key]) is int for key in ("descendants_reaped", "wall_ms", "cpu_ms", "max_rss_kib", "memory_peak_bytes"))
 
 
 @pytest.mark.root

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import dataclasses
 import os
 import select
 import socket
@@ -97,14 +98,36 @@ def test_an_op_outcome_crosses_the_wire_as_the_same_value():
     from steward.api import OpNotStarted, OpOutcome, OpResult
 
     head = "ab" * 32
-    ran = OpResult("OK", 0, 0, 3, 2, 1000, b"\x00\xffout", b"", False, True, op_id="s-1.op-1")
+    ran = OpResult("OK", 0, 0, 3, 2, 1000, 64 << 20, b"\x00\xffout", b"", False, True, op_id="s-1.op-1")
+    # S14 / issue 12: a kernel without memory.peak has no peak, and null crosses the socket as null.
+    no_peak = dataclasses.replace(ran, memory_peak_bytes=None)
     failed = OpNotStarted("execve", 2, 127 << 8, 0, op_id="s-1.op-2")
-    for observation in (ran, failed):
+    for observation in (ran, no_peak, failed):
         outcome = OpOutcome("s-1", observation.op_id, 42, 7, 42, observation, head, head, "cd" * 32)
         wire = loads(canonical(outcome.to_wire()), max_bytes=1 << 20)
         assert OpOutcome.from_wire(ClosedObject(wire)) == outcome
     assert not hasattr(ran, "step") and hasattr(failed, "step"), "receipts tell the two apart by their fields"
     assert OpOutcome("s-1", "s-1.op-2", 42, 7, 42, failed, head, head, "cd" * 32).exit_code is None
+
+
+@pytest.mark.parametrize("peak", [-1, "67108864", True, "missing"])
+def test_an_op_outcome_with_a_bad_memory_peak_is_refused_naming_it(peak):
+    """S14 / issue 12: the daemon's reply is read as strictly as a receipt: memory_peak_bytes is null or an
+    integer from 0 up, and a reply without it is refused, naming the field."""
+    from journal.closed import ClosedObject
+    from journal.strictjson import StrictJSONError
+    from steward.api import OpOutcome, OpResult
+
+    head = "ab" * 32
+    ran = OpResult("OK", 0, 0, 3, 2, 1000, 64 << 20, b"out", b"", False, False, op_id="s-1.op-1")
+    value = OpOutcome("s-1", ran.op_id, 42, 7, 42, ran, head, head, "cd" * 32).to_wire()
+    if peak == "missing":
+        del value["observation"]["memory_peak_bytes"]
+    else:
+        value["observation"]["memory_peak_bytes"] = peak
+    with pytest.raises(StrictJSONError) as caught:
+        OpOutcome.from_wire(ClosedObject(value))
+    assert caught.value.where == "$.observation.memory_peak_bytes", caught.value.sentence()
 
 
 def test_descriptors_past_the_control_space_end_the_connection_and_none_leaks(pair, tmp_path):

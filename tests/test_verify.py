@@ -215,6 +215,17 @@ def test_two_installs_of_the_same_wheels_are_one_runner_tree(demo, world, casebo
 
 
 @pytest.mark.root
+def test_every_receipt_of_an_op_that_ran_carries_its_memory_peak(demo):
+    """S14 / issue 12: the case service takes the op's memory high-water mark, as the sandbox's ops cgroup
+    measured it, into the receipt: every case whose op ran names a positive observed.memory_peak_bytes (the
+    hosts casebox supports run 6.x kernels, all of which keep one: docs/platforms.md)."""
+    evidence = pathlib.Path(value(demo[0].stdout.decode(), "evidence"))
+    observed = [receipt_from_bytes(path.read_bytes()).outcome.observed for path in evidence.glob("*.receipt.json")]
+    peaks = [item.memory_peak_bytes for item in observed if item is not None]
+    assert peaks and all(type(peak) is int and peak > 0 for peak in peaks), peaks
+
+
+@pytest.mark.root
 def test_the_demo_leaves_nothing_running_or_mounted(demo, world, sandbox_ids):
     """S6, C4: no process of the dedicated UID survives the attempt, no mount of it remains, no scratch directory is left."""
     _, before, staged = demo

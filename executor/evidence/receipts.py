@@ -27,7 +27,7 @@ from journal.format import ID, MAX_COUNT, MAX_PID, is_terminated_status, pop_id
 from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, canonical, child_path, loads
 from launcher import vocabulary
 
-SCHEMA = "casebox.receipt.v2"
+SCHEMA = "casebox.receipt.v3"
 SUFFIX = ".receipt.json"
 # A casebox version as receipts and reports name it (executor.VERSION).
 VERSION_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,31}\Z")
@@ -131,6 +131,8 @@ class Observed:
     wall_ms: int
     cpu_ms: int
     max_rss_kib: int
+    # The ops cgroup's memory high-water mark over the op; None where the kernel keeps none (docs/receipts.md).
+    memory_peak_bytes: int | None
     stdout: Stream
     stderr: Stream
 
@@ -172,6 +174,7 @@ def outcome_from_launcher(observation: object) -> Outcome:
         wall_ms=observation.wall_ms,
         cpu_ms=observation.cpu_ms,
         max_rss_kib=observation.max_rss_kib,
+        memory_peak_bytes=observation.memory_peak_bytes,
         stdout=Stream.of(observation.stdout, observation.stdout_truncated),
         stderr=Stream.of(observation.stderr, observation.stderr_truncated),
     )
@@ -346,15 +349,6 @@ def _nullable_object(fields: ClosedObject, key: str) -> ClosedObject | None:
     return None if value is None else ClosedObject(value, child_path(fields.path, key))
 
 
-def _nullable_int(fields: ClosedObject, key: str, high: int) -> int | None:
-    value = fields.pop_nullable(key)
-    if value is None:
-        return None
-    if type(value) is not int or not 0 <= value <= high:
-        raise StrictJSONError(child_path(fields.path, key), f"must be null or an integer from 0 to {high}")
-    return value
-
-
 def _nullable_digest(fields: ClosedObject, key: str) -> str | None:
     value = fields.pop_nullable(key)
     return None if value is None else check_digest(value, child_path(fields.path, key))
@@ -423,6 +417,7 @@ def _observed(fields: ClosedObject | None) -> Observed | None:
         wall_ms=fields.pop_int("wall_ms", low=0, high=MAX_SAFE_INTEGER),
         cpu_ms=fields.pop_int("cpu_ms", low=0, high=MAX_SAFE_INTEGER),
         max_rss_kib=fields.pop_int("max_rss_kib", low=0, high=MAX_SAFE_INTEGER),
+        memory_peak_bytes=fields.pop_nullable_int("memory_peak_bytes", high=MAX_SAFE_INTEGER),
         stdout=_stream(fields.pop_object("stdout")),
         stderr=_stream(fields.pop_object("stderr")),
     )
@@ -448,7 +443,7 @@ def _pytest(fields: ClosedObject | None) -> PytestEvidence | None:
     if report not in REPORT_STATES:
         raise StrictJSONError(child_path(fields.path, "report"), f"must be one of {', '.join(REPORT_STATES)}")
     counts_fields = _nullable_object(fields, "counts")
-    size = _nullable_int(fields, "bytes", MAX_SAFE_INTEGER)
+    size = fields.pop_nullable_int("bytes", high=MAX_SAFE_INTEGER)
     cap = fields.pop_int("cap", low=1, high=MAX_SAFE_INTEGER)
     fields.done()
     if (report == READ) != (counts_fields is not None):
@@ -538,8 +533,8 @@ def receipt_from_value(value: object) -> Receipt:
     binding = _binding(fields)
     case_id = fields.pop_str("case_id", max_bytes=64, pattern=CASE_ID, rule=f"must match ^{CASE_ID.pattern[:-2]}$")
     process = _process(_nullable_object(fields, "process"))
-    wait_status = _nullable_int(fields, "wait_status", 0xFFFF)
-    descendants = _nullable_int(fields, "descendants_reaped", MAX_COUNT)
+    wait_status = fields.pop_nullable_int("wait_status", high=0xFFFF)
+    descendants = fields.pop_nullable_int("descendants_reaped", high=MAX_COUNT)
     limit = fields.pop_str("limit", max_bytes=16)
     if limit not in LIMIT_CLASSES:
         raise StrictJSONError("$.limit", f"must be one of {', '.join(LIMIT_CLASSES)}")

@@ -114,6 +114,7 @@ class LostOp:
     wall_ms: None = None
     cpu_ms: None = None
     max_rss_kib: None = None
+    memory_peak_bytes: None = None
 
 
 def report(result, uid: int, gid: int) -> dict:
@@ -132,6 +133,7 @@ def report(result, uid: int, gid: int) -> dict:
         "wall_ms": result.wall_ms,
         "cpu_ms": result.cpu_ms,
         "max_rss_kib": result.max_rss_kib,
+        "memory_peak_bytes": result.memory_peak_bytes,
     }
 
 
@@ -186,7 +188,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "each --ro NAME=DIR read-only at /cap/NAME, size-capped tmpfs /tmp and /work, loopback only), drop to "
         "the dedicated UID/GID, run ARGV once with cwd /work and no shell, tear everything down, and print one "
         "JSON object: class, wait_status, exit_code, signal, uid, gid, stdout, stderr, stdout_truncated, "
-        "stderr_truncated, descendants_reaped, wall_ms, cpu_ms, max_rss_kib. Exit 0 if the op ran (whatever "
+        "stderr_truncated, descendants_reaped, wall_ms, cpu_ms, max_rss_kib, memory_peak_bytes (the op's cgroup "
+        "memory high-water mark, null where the kernel keeps none). Exit 0 if the op ran (whatever "
         "its status; an op whose pid 1 died while its cgroup counted an OOM kill is class MEMORY with null "
         "status fields), 64 for refused input (including an ARGV[0] that cannot be started), 70 if the sandbox failed.",
     )
