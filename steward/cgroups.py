@@ -340,6 +340,42 @@ def kill_all(directory: str) -> None:
         time.sleep(0.01)
 
 
+def sandbox_name(sandbox_id: str) -> str:
+    """A sandbox's cgroup directory name: ``casebox-<stage>-<n>...``, so every cgroup of a stage is found by
+    its stage id alone (recovery, the cleanup's inventory)."""
+    return f"casebox-{sandbox_id}"
+
+
+def stage_directories(stage_id: str) -> list[str]:
+    """Every sandbox cgroup of ``stage_id`` that still exists on this host, sorted."""
+    hierarchy = detect()
+    found = []
+    for directory in sorted({hierarchy.memory_dir, hierarchy.pids_dir} if hierarchy else ()):
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            continue
+        found += [os.path.join(directory, name) for name in names if name.startswith(sandbox_name(f"{stage_id}-"))]
+    return sorted(found)
+
+
+def populated(directory: str) -> bool:
+    """Whether any process is in the cgroup ``directory`` or below it (a cgroup that went meanwhile holds none)."""
+    for place, _, files in os.walk(directory):
+        try:
+            if "cgroup.events" in files:
+                with open(os.path.join(place, "cgroup.events")) as file:
+                    if "populated 1" in file.read().splitlines():
+                        return True
+            elif "cgroup.procs" in files:
+                with open(os.path.join(place, "cgroup.procs")) as file:
+                    if file.read().strip():
+                        return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
 def remove_sandbox_directory(directory: str) -> None:
     """rmdir a sandbox's cgroup a killed starter left (recovery): what still runs in it killed (v2), then its
     ``ops`` and ``init`` children first."""

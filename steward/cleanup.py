@@ -31,7 +31,7 @@ from journal.errors import Refused
 from journal.files import JOURNAL_NAME, read_evidence
 from journal.format import CAP, Kind, sandbox_of
 from journal.reader import Reading, Verdict, read_journal
-from steward import documents, fold, helperattempts, inventory
+from steward import cgroups, documents, fold, helperattempts, inventory
 from steward.helper import Request, remove_and_prove
 from steward.stateroot import StateRoot
 
@@ -132,6 +132,7 @@ class Cleaner:
         document = inventory.process_document(
             self.uid, self.gid, inventory.dedicated_processes(self.uid, self.gid), recorded, self.outer,
             inventory.dedicated_keys(self.uid),
+            [(path, cgroups.populated(path)) for path in cgroups.stage_directories(self.stage_id)],
         )
         return document, self._keep(document)
 

@@ -22,7 +22,7 @@ from journal.reader import Record
 from journal.strictjson import decode_lossy
 from steward import procfs
 
-PROCESSES_VERSION = "casebox.processes.v2"
+PROCESSES_VERSION = "casebox.processes.v3"
 # The keyrings every UID that ran a sandbox owns for good: its user keyring and its user session keyring
 # (pid 1 makes sure both exist, launcher/kernel.py). The kernel keeps them while the user namespace lives.
 BASE_KEYRINGS = 2
@@ -98,9 +98,11 @@ def process_document(
     recorded: list[tuple[Identity, bool]],
     outer: list[tuple[str, int, bool]],
     keys: int,
+    cgroups: list[tuple[str, bool]] = (),
 ) -> dict:
     """The process inventory (C4): ``dedicated`` processes, each recorded identity with its presence, outer
-    claims, and the number of keys the dedicated UID owns (S13)."""
+    claims, the number of keys the dedicated UID owns (S13), and every sandbox cgroup of the stage still on the
+    host with whether a process is in it (S14)."""
     sandboxes = sorted({sandbox for identity, _ in recorded if (sandbox := sandbox_of(identity.op_id))})
     return {
         "version": PROCESSES_VERSION,
@@ -129,6 +131,7 @@ def process_document(
             for sandbox, pgid, absent in sorted(outer)
         ],
         "keys": {"owned": keys, "base_keyrings": BASE_KEYRINGS},
+        "cgroups": [{"path": path, "populated": full} for path, full in sorted(cgroups)],
     }
 
 
@@ -139,6 +142,7 @@ def residue(document: dict) -> list[str]:
     extra = document["keys"]["owned"] - document["keys"]["base_keyrings"]
     if extra > 0:
         found.append(f"{extra} key(s) of the dedicated UID beyond its base keyrings")
+    found += [f"cgroup {entry['path']}" + (" with a process in it" if entry["populated"] else "") for entry in document["cgroups"]]
     return found
 
 

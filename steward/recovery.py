@@ -90,20 +90,12 @@ def remove_sandbox_residue(root: StateRoot, stage_id: str) -> list[str]:
         if name.startswith((f"launcher-{stage_id}-", f"rendezvous-{stage_id}-")):
             os.unlink(name, dir_fd=staging)
             removed.append(root.path_of(STAGING, name))
-    hierarchy = cgroups.detect()
-    for directory in sorted({hierarchy.memory_dir, hierarchy.pids_dir} if hierarchy else ()):
+    for path in cgroups.stage_directories(stage_id):
         try:
-            names = os.listdir(directory)
-        except FileNotFoundError:
-            continue
-        for name in names:
-            if name.startswith(f"casebox-{stage_id}-"):
-                path = os.path.join(directory, name)
-                try:
-                    cgroups.remove_sandbox_directory(path)
-                    removed.append(path)
-                except OSError:
-                    pass
+            cgroups.remove_sandbox_directory(path)
+            removed.append(path)
+        except OSError:
+            pass  # still busy: the cleanup's process inventory lists it, so nothing is claimed CLEANED
     return removed
 
 

@@ -311,7 +311,7 @@ class Sandbox:
                 "only there (S14); enable them (cgroup v2, or the v1 memory and pids hierarchies)"
             )
         self.cgroup = cgroups.SandboxCgroup.create(
-            hierarchy, f"casebox-{self.id}", memory_bytes=self.spec.limits.memory_bytes,
+            hierarchy, cgroups.sandbox_name(self.id), memory_bytes=self.spec.limits.memory_bytes,
             pids_max=self.spec.limits.processes + 1,
         )
         self.op_cgroup_fd = self.cgroup.open_ops()

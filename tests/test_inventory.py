@@ -60,6 +60,17 @@ def test_a_key_beyond_the_base_keyrings_is_residue():
     assert inventory.residue(inventory.process_document(7, 7, [], [], [], 3)) == ["1 key(s) of the dedicated UID beyond its base keyrings"]
 
 
+def test_a_sandbox_cgroup_still_on_the_host_is_residue():
+    """S14, C4: a sandbox cgroup of the stage that still exists is residue, populated or not (its teardown
+    removes it), so the proof fails."""
+    left = [("/sys/fs/cgroup/casebox/casebox-s1-2", True), ("/sys/fs/cgroup/casebox/casebox-s1-1", False)]
+    document = inventory.process_document(7, 7, [], [], [], inventory.BASE_KEYRINGS, left)
+    assert document["cgroups"] == [{"path": "/sys/fs/cgroup/casebox/casebox-s1-1", "populated": False},
+                                   {"path": "/sys/fs/cgroup/casebox/casebox-s1-2", "populated": True}]
+    assert inventory.residue(document) == ["cgroup /sys/fs/cgroup/casebox/casebox-s1-1",
+                                           "cgroup /sys/fs/cgroup/casebox/casebox-s1-2 with a process in it"]
+
+
 def _reading(chain: Chain):
     return read_journal(chain.bytes())
 

@@ -134,3 +134,45 @@ def test_a_session_whose_uid_owns_only_its_base_keyrings_is_cleaned(steward, sta
     _, _, closed = one_session(steward)
     assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
     assert _owned(sandbox_ids[0]) == inventory.BASE_KEYRINGS
+
+
+def test_a_sandbox_cgroup_left_on_the_host_makes_cleanup_unverified(steward, state_path, sandbox_ids):
+    """S14, C4: cleanup lists every sandbox cgroup of the stage still on the host in the process inventory its
+    CLEANUP_EVIDENCE binds, with whether a process is in it; a cgroup left behind with a process in it (here
+    planted where the stage's own sandbox cgroups live, as a teardown that failed would leave one) makes the
+    cleanup UNVERIFIED. Its control: a closed sandbox leaves no cgroup, and the inventory says so."""
+    import subprocess
+
+    from steward import cgroups
+
+    session = steward.open_session("attempt-cgroup")
+    session.start_sandbox()
+    session.close_sandbox()
+    hierarchy = cgroups.detect()
+    assert cgroups.stage_directories(session.stage_id) == [], "a closed sandbox leaves no cgroup"
+    left = os.path.join(hierarchy.memory_dir, cgroups.sandbox_name(f"{session.stage_id}-99"))
+    os.mkdir(left)
+    sleeper = subprocess.Popen(["/usr/bin/sleep", "600"])
+    try:
+        with open(os.path.join(left, "cgroup.procs"), "w") as file:
+            file.write(str(sleeper.pid))
+        closed = session.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        cgroups.remove_sandbox_directory(left)
+    assert (closed.cleanup, closed.diagnostic) == ("UNVERIFIED", "CLEANUP_UNVERIFIED")
+    documents = os.path.join(closed.tombstone, "documents")
+    inventories = [json.loads(open(os.path.join(documents, name)).read()) for name in os.listdir(documents)]
+    listed = [document["cgroups"] for document in inventories if document.get("version") == inventory.PROCESSES_VERSION]
+    assert listed and listed[-1] == [{"path": left, "populated": True}]
+
+
+def test_a_closed_session_lists_no_cgroup_of_its_stage(steward, state_path, sandbox_ids):
+    """S14, the control: after its sandboxes, no cgroup of the stage is left, the inventory's cgroups are empty
+    and cleanup is CLEANED."""
+    _, _, closed = one_session(steward)
+    assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
+    documents = os.path.join(closed.tombstone, "documents")
+    inventories = [json.loads(open(os.path.join(documents, name)).read()) for name in os.listdir(documents)]
+    assert [document["cgroups"] for document in inventories if document.get("version") == inventory.PROCESSES_VERSION][-1] == []
