@@ -48,6 +48,10 @@ BOOTSTRAP_SECONDS = 20.0
 REPORT_GRACE_SECONDS = 10.0
 SHUTDOWN_SECONDS = 5.0
 _STDERR_TAIL = 2000
+# The launcher's own, never the steward's: pid 1 makes the sandbox's mount points and root directories with it,
+# and every op inherits it. Under the unit's UMask=0077 an inherited one left /cap unreadable to the dedicated
+# uid, so no op could import anything from a capability.
+SANDBOX_UMASK = 0o022
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +282,7 @@ class Sandbox:
             env={},
             cwd="/",
             start_new_session=True,
+            umask=SANDBOX_UMASK,
         )
         self.outer_launcher = process
         self.unreaped[process.pid] = self._op_id("launcher")

@@ -536,3 +536,26 @@ def test_the_launcher_takes_exactly_one_nonce_of_its_length(nonce):
             rendezvous.read_nonce(read_end)
     finally:
         os.close(read_end)
+
+
+def test_a_steward_with_a_strict_umask_still_gives_ops_readable_capabilities(sandbox_ids, state_root, tmp_path):
+    """S1 with the shipped unit's UMask=0077: the sandbox's umask is the launcher's own (0022), never the
+    steward's, so the mount points pid 1 makes (/cap, /cap/NAME) are traversable by the dedicated uid and an op
+    reads its capability; with the steward's umask inherited, /cap was 0700 root's and every import from a
+    capability failed (found in the platform-check guest: 'No module named executor')."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "hello.txt").write_text("hello")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(tree, 0o755)
+    os.chmod(tree / "hello.txt", 0o644)
+    before = os.umask(0o077)
+    try:
+        _, seen = hostile(sandbox_ids, state_root, """
+            import json, os
+            print(json.dumps({"umask": os.umask(0o022), "cap": os.stat('/cap').st_mode & 0o777,
+                              "read": open('/cap/tree/hello.txt').read()}))
+        """, capabilities=[("tree", str(tree))])
+    finally:
+        os.umask(before)
+    assert seen == {"umask": 0o022, "cap": 0o755, "read": "hello"}

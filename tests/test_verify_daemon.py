@@ -46,9 +46,11 @@ def _unit_capabilities() -> set[str]:
 
 
 def _as_unit() -> None:
-    """In the daemon's child before its exec: the unit's bounding set and NoNewPrivileges=yes. Root's exec
-    then keeps exactly those capabilities in its permitted and effective sets."""
+    """In the daemon's child before its exec: the unit's bounding set, NoNewPrivileges=yes and UMask=0077. Root's
+    exec then keeps exactly those capabilities in its permitted and effective sets."""
     import prctl
+
+    os.umask(0o077)
 
     kept = _unit_capabilities()
     for name in prctl.ALL_CAP_NAMES:
