@@ -185,6 +185,10 @@ def test_a_traced_zombie_returns_within_the_timeout_as_timeout():
         try:
             starter_end.close()
             _pid_one_runs(fields, launcher_end.detach())
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()  # the failure's own words, in the test's captured output
         finally:
             os._exit(70)
     launcher_end.close()
