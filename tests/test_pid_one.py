@@ -158,20 +158,24 @@ sys.exit(0)                                            # the main process ends a
 """
 
 
-def _pid_one_runs(fields: dict, channel_fd: int) -> None:
-    """In a forked child: become pid 1 of new pid and mount namespaces with a /proc of its own, then run one op."""
+def _pid_one_runs(fields: dict, channel_fd: int, scratch: str) -> None:
+    """In a forked child: become pid 1 of new pid and mount namespaces with a /proc of its own and a scratch
+    tmpfs at ``scratch`` standing in for the sandbox's /tmp and /work (pid 1 checks them after each op; the host
+    need have no /work), then run one op."""
     syscalls.unshare(syscalls.CLONE_NEWPID | syscalls.CLONE_NEWNS)
     init = os.fork()
     if init:
         os._exit(os.waitstatus_to_exitcode(os.waitpid(init, 0)[1]))
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     syscalls.mount("proc", "/proc", "proc", syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC)
+    syscalls.mount("tmpfs", scratch, "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NODEV, "size=1m")
+    ops.SCRATCH_MOUNTS = (scratch,)
     _, joined = os.pipe()  # stands in for the ops cgroup's process file: the child writes "0" into it
     ops.run(Channel(socket.socket(fileno=channel_fd), protocol.LAUNCHER), fields, joined)
     os._exit(0)
 
 
-def test_a_traced_zombie_returns_within_the_timeout_as_timeout():
+def test_a_traced_zombie_returns_within_the_timeout_as_timeout(tmp_path):
     """S14: the op's main process exits while a tracer it forked holds its zombie, which only the tracer may
     reap: pid 1 never waits on it past the deadline, but kills every other process first (the tracer with
     them) and then reaps it; the op is TIMEOUT within timeout + 1 s."""
@@ -184,7 +188,7 @@ def test_a_traced_zombie_returns_within_the_timeout_as_timeout():
     if child == 0:
         try:
             starter_end.close()
-            _pid_one_runs(fields, launcher_end.detach())
+            _pid_one_runs(fields, launcher_end.detach(), str(tmp_path))
         except BaseException:
             import traceback
 
