@@ -309,15 +309,19 @@ def test_each_op_reports_its_own_memory_peak_and_the_receipt_carries_it(sandbox_
     """S14 / issue 12: an op that touches 64 MiB under a larger cap has a memory peak of at least 64 MiB, as the
     ops cgroup measured it, and its receipt's observed.memory_peak_bytes is that peak; the next op in the same
     sandbox, touching little, has a much smaller one because the peak is reset before each op (v1's
-    memory.max_usage_in_bytes; v2's memory.peak where the kernel lets a write reset it, 6.12 and later)."""
+    memory.max_usage_in_bytes; v2's memory.peak where the kernel lets a write reset it, 6.12 and later). Where
+    it cannot be reset (v2 on 5.19 to 6.11, bookworm's guest) the second op reports the peak since the sandbox
+    began, as docs/receipts.md says, never less."""
     from executor.evidence.receipts import outcome_from_launcher
 
     with start(sandbox_ids, state_root, limits=Limits(memory_bytes=256 * MIB)) as sandbox:
-        if not sandbox.cgroup.peak_resets:
-            pytest.skip("this kernel's memory.peak cannot be reset (cgroup v2 before 6.12); see the cgroup2 test")
+        resets = sandbox.cgroup.peak_resets
         big, small = _two_ops(sandbox)
     assert big.memory_peak_bytes >= 64 * MIB, big.memory_peak_bytes
-    assert small.memory_peak_bytes < 32 * MIB, (big.memory_peak_bytes, small.memory_peak_bytes)
+    if resets:
+        assert small.memory_peak_bytes < 32 * MIB, (big.memory_peak_bytes, small.memory_peak_bytes)
+    else:
+        assert small.memory_peak_bytes >= big.memory_peak_bytes
     assert outcome_from_launcher(big).observed.memory_peak_bytes == big.memory_peak_bytes
 
 
