@@ -275,16 +275,15 @@ class SandboxCgroup:
         fails (EINVAL, measured in the platform-check guest), so the open's success proves nothing."""
         try:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except PermissionError:
-            fd = -1
         except FileNotFoundError:
             return
-        if fd >= 0:
+        except PermissionError:
+            pass
+        else:
             try:
                 os.pwrite(fd, b"0", 0)
             except OSError:
                 os.close(fd)
-                fd = -1
             else:
                 self.peak_fd, self.peak_resets = fd, True
                 return
@@ -370,17 +369,18 @@ def stage_directories(stage_id: str) -> list[str]:
 
 
 def populated(directory: str) -> bool:
-    """Whether any process is in the cgroup ``directory`` or below it (a cgroup that went meanwhile holds none)."""
-    for place, _, files in os.walk(directory):
+    """Whether any process is in the cgroup ``directory`` or below it (a cgroup that went meanwhile holds none):
+    v2's ``cgroup.events`` counts the whole subtree; v1 keeps no such count, so each ``cgroup.procs`` is read."""
+    try:
+        with open(os.path.join(directory, "cgroup.events")) as file:
+            return "populated 1" in file.read().splitlines()
+    except FileNotFoundError:
+        pass
+    for place, _, _ in os.walk(directory):
         try:
-            if "cgroup.events" in files:
-                with open(os.path.join(place, "cgroup.events")) as file:
-                    if "populated 1" in file.read().splitlines():
-                        return True
-            elif "cgroup.procs" in files:
-                with open(os.path.join(place, "cgroup.procs")) as file:
-                    if file.read().strip():
-                        return True
+            with open(os.path.join(place, "cgroup.procs")) as file:
+                if file.read().strip():
+                    return True
         except FileNotFoundError:
             continue
     return False

@@ -639,6 +639,7 @@ class Server:
         try:
             early = connection.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except BlockingIOError:
+            self._watch(connection)  # nothing to read after all: keep watching
             return
         except OSError:
             early = b""

@@ -26,6 +26,7 @@ import time
 import pytest
 from sandbox_support import mount_table, processes_of
 from test_verify import EXAMPLES, EXPECTED, REPO, packed, scratch_dirs, table, value
+from test_verify_jobs import SLEEPERS, interrupt_when_both_stages_run
 
 from executor.cases import runtime
 from executor.inside import LIBRARIES
@@ -206,10 +207,7 @@ def test_an_interrupted_verify_with_two_stages_leaves_the_daemon_both_sessions_a
     if attempt["jobs"] is None:
         pytest.skip("needs CASEBOX_TEST_IDS of 2 or more")
     base = attempt["base"]
-    sleeper = {"op": "pytest", "args": ["tests/test_limits.py::test_sleeps_forever"], "timeout_ms": 300_000,
-               "applicable": True, "expect_exit": 0}
-    (base / "sleepers.json").write_text(json.dumps({"schema": "casebox.plan.v1",
-                                                    "cases": [{"id": f"sleep-{n}", **sleeper} for n in range(4)]}))
+    (base / "sleepers.json").write_text(json.dumps(SLEEPERS))
     os.chmod(base / "sleepers.json", 0o644)
     drop = _as_client(attempt["socket_gid"])
 
@@ -220,23 +218,8 @@ def test_an_interrupted_verify_with_two_stages_leaves_the_daemon_both_sessions_a
     process = subprocess.Popen(attempt["command"]("daemon-stopped", "--jobs", "2", plan="sleepers.json"), cwd=base,
                                env={"PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=as_a_foreground_client)
-    seen = b""
-    deadline = time.monotonic() + 600
-    while not all(f"stage {n}/2: running".encode() in seen for n in (1, 2)) and time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        seen += line
-    try:
-        assert all(f"stage {n}/2: running".encode() in seen for n in (1, 2)), f"both stages never ran cases: {seen[-3000:]!r}"
-        time.sleep(2)  # each stage's first op under way
-        os.killpg(process.pid, signal.SIGINT)
-        _, rest = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert process.returncode == 130, (seen + rest)[-3000:]
+    code, output = interrupt_when_both_stages_run(process)
+    assert code == 130, output[-3000:]
     tombstones = base / "state" / "tombstones"
     deadline = time.monotonic() + 120
     while True:

@@ -8,6 +8,9 @@ import json
 import os
 import pathlib
 import shutil
+import signal
+import subprocess
+import time
 
 import pytest
 
@@ -299,37 +302,15 @@ def test_recovery_cleans_up_as_the_pair_the_stage_was_bound_to(tmp_path, sandbox
         assert holder.close().cleanup == "CLEANED"
 
 
-@pytest.mark.root
-def test_an_interrupt_retires_every_running_stage_as_interrupted(tmp_path, sandbox_ids, sandbox_pool_size):
-    """Issue 14 (5), with C9: Ctrl-C while two stages run their cases: exit 130, and each stage is retired as
-    INTERRUPTED (cleanup UNVERIFIED), exporting nothing. The interrupt halts (kills) the stages' ops; were a stage
-    then closed as usual, its killed cases would be exported as failed receipts of a CLOSED stage, evidence
-    that a later evaluate would read as FAIL."""
-    import signal
-    import subprocess
-    import time
+# Four cases that never end on their own: an interrupt always finds both stages of --jobs 2 in their cases.
+SLEEPERS = {"schema": "casebox.plan.v1", "cases": [
+    {"id": f"sleep-{n}", "op": "pytest", "args": ["tests/test_limits.py::test_sleeps_forever"], "timeout_ms": 300_000,
+     "applicable": True, "expect_exit": 0} for n in range(4)]}
 
-    if sandbox_pool_size < 2:
-        pytest.skip("needs CASEBOX_TEST_IDS of 2 or more")
-    uid, gid = sandbox_ids
-    config = tmp_path / "casebox.toml"
-    config.write_text(
-        f'state_root = "{tmp_path}/state"\nsandbox_uid = {uid}\nsandbox_gid = {gid}\nsandbox_ids = 2\n'
-        f'socket = "{tmp_path}/no-steward.sock"\n'
-    )
-    sleeper = {"op": "pytest", "args": ["tests/test_limits.py::test_sleeps_forever"], "timeout_ms": 300_000,
-               "applicable": True, "expect_exit": 0}
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"schema": "casebox.plan.v1", "cases": [{"id": f"sleep-{n}", **sleeper} for n in range(4)]}))
-    bundle, sha256 = packed(tmp_path)
-    evidence = tmp_path / "evidence"
-    process = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "casebox"), "--config", str(config), "verify", "--bundle", str(bundle), "--sha256", sha256, "--plan", str(plan),
-         "--verifier-tree", str(EXAMPLES / "verifier"), "--index", str(EXAMPLES / "index"), "--attempt", "jobs-stopped",
-         "--evidence", str(evidence), "--root", "/", "--jobs", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+
+def interrupt_when_both_stages_run(process: subprocess.Popen) -> tuple[int, bytes]:
+    """SIGINT to ``process`` (a verify --jobs 2 started in a session of its own) once both its stages are in
+    their cases; its exit code and what it printed on stderr."""
     seen = b""
     deadline = time.monotonic() + 600
     while not all(f"stage {n}/2: running".encode() in seen for n in (1, 2)) and time.monotonic() < deadline:
@@ -346,7 +327,36 @@ def test_an_interrupt_retires_every_running_stage_as_interrupted(tmp_path, sandb
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    assert process.returncode == 130, (seen + rest)[-3000:]
+    return process.returncode, seen + rest
+
+
+@pytest.mark.root
+def test_an_interrupt_retires_every_running_stage_as_interrupted(tmp_path, sandbox_ids, sandbox_pool_size):
+    """Issue 14 (5), with C9: Ctrl-C while two stages run their cases: exit 130, and each stage is retired as
+    INTERRUPTED (cleanup UNVERIFIED), exporting nothing. The interrupt halts (kills) the stages' ops; were a stage
+    then closed as usual, its killed cases would be exported as failed receipts of a CLOSED stage, evidence
+    that a later evaluate would read as FAIL."""
+    if sandbox_pool_size < 2:
+        pytest.skip("needs CASEBOX_TEST_IDS of 2 or more")
+    uid, gid = sandbox_ids
+    config = tmp_path / "casebox.toml"
+    config.write_text(
+        f'state_root = "{tmp_path}/state"\nsandbox_uid = {uid}\nsandbox_gid = {gid}\nsandbox_ids = 2\n'
+        f'socket = "{tmp_path}/no-steward.sock"\n'
+    )
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(SLEEPERS))
+    bundle, sha256 = packed(tmp_path)
+    evidence = tmp_path / "evidence"
+    process = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "casebox"), "--config", str(config), "verify", "--bundle", str(bundle), "--sha256", sha256, "--plan", str(plan),
+         "--verifier-tree", str(EXAMPLES / "verifier"), "--index", str(EXAMPLES / "index"), "--attempt", "jobs-stopped",
+         "--evidence", str(evidence), "--root", "/", "--jobs", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    code, output = interrupt_when_both_stages_run(process)
+    assert code == 130, output[-3000:]
     tombstones = tmp_path / "state" / "tombstones"
     notes = [read_journal((tombstones / name / JOURNAL_NAME).read_bytes()).records[-1].fields["note"]
              for name in sorted(os.listdir(tombstones))]
