@@ -1,9 +1,10 @@
 """The provisioned launcher's two stages, read as phases (docs/launcher.md).
 
-Stage 1, ``stage1 STAGING_FD SOCKET_NAME``: started by the starter as root in the host
-namespaces from the provisioned file, it meets the starter (rendezvous),
+Stage 1, ``stage1 STAGING_FD SOCKET_NAME [CGROUP_FD]``: started by the starter as root in the
+host namespaces from the provisioned file, it meets the starter (rendezvous),
 clones each capability into a detached read-only tree, seals its own source
-into a memfd and starts the sandbox's pid 1 in new namespaces (reexec), then
+into a memfd and starts the sandbox's pid 1 in new namespaces (reexec), born
+in the cgroup v2 directory CGROUP_FD where the starter gave one, then
 reports pid 1 and exits.
 
 Stage 2, ``pid1 ...``: pid 1 of the sandbox, exec'd from the sealed memfd.
@@ -37,8 +38,11 @@ def _import_dir(fd: int) -> None:
     sys.path.append(f"/proc/self/fd/{fd}")
 
 
-def outer_launcher(staging_fd: int, socket_name: str) -> int:
+def outer_launcher(staging_fd: int, socket_name: str, cgroup_fd: int | None) -> int:
     from launcher import rendezvous
+
+    if cgroup_fd is not None:
+        os.set_inheritable(cgroup_fd, False)
 
     nonce = rendezvous.read_nonce()
     channel = rendezvous.connect(f"/proc/self/fd/{staging_fd}/{socket_name}")
@@ -75,7 +79,9 @@ def outer_launcher(staging_fd: int, socket_name: str) -> int:
             *(f"{tree}={target}" for tree, target in trees),
         ]
         keep = [channel.sock.fileno(), setup.import_dir, setup.op_cgroup, *(tree for tree, _ in trees)]
-        pid, failure = reexec.clone_into_namespaces(setup.interpreter, setup.interpreter_path, memfd, arguments, keep)
+        pid, failure = reexec.clone_into_namespaces(
+            setup.interpreter, setup.interpreter_path, memfd, arguments, keep, cgroup_fd
+        )
         channel.send("CHILD", pid=pid)
         if failure:
             channel.abort(f"re-exec: {failure}")
@@ -151,8 +157,8 @@ def pid_one(arguments: list[str]) -> int:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "stage1":
-        code = outer_launcher(int(sys.argv[2]), sys.argv[3])
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "stage1":
+        code = outer_launcher(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]) if len(sys.argv) == 5 else None)
     elif len(sys.argv) >= 9 and sys.argv[1] == "pid1":
         code = pid_one(sys.argv[2:])
     else:

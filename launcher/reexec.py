@@ -94,9 +94,13 @@ def verify_reentry(memfd: int, digest: bytes, argv0: str, module_file: str) -> N
 
 
 def clone_into_namespaces(
-    interpreter_fd: int, interpreter_path: str, memfd: int, arguments: list[str], keep: list[int]
+    interpreter_fd: int, interpreter_path: str, memfd: int, arguments: list[str], keep: list[int],
+    cgroup_fd: int | None,
 ) -> tuple[int, str]:
     """Start the sandbox's pid 1 as a sibling (CLONE_PARENT): its pid and, if its exec failed, why.
+
+    Given ``cgroup_fd`` (cgroup v2), pid 1 is born in that cgroup (CLONE_INTO_CGROUP); on v1 the starter has
+    already moved stage 1 into the sandbox's cgroups, so pid 1 inherits them.
 
     The pid is returned either way, because the starter, its parent, must
     record and reap it. Only the descriptors in ``keep``, the memfd and 0, 1, 2
@@ -104,7 +108,10 @@ def clone_into_namespaces(
     sandbox dies with the starter.
     """
     report_read, report_write = os.pipe2(os.O_CLOEXEC)
-    pid = syscalls.clone(syscalls.CLONE_PARENT | NAMESPACES)
+    if cgroup_fd is None:
+        pid = syscalls.clone(syscalls.CLONE_PARENT | NAMESPACES)
+    else:
+        pid = syscalls.clone_into_cgroup(syscalls.CLONE_PARENT | NAMESPACES, cgroup_fd)
     if pid == 0:
         try:
             os.close(report_read)

@@ -247,9 +247,17 @@ class SandboxCgroup:
         return directory
 
     def attach(self, pid: int) -> None:
-        """Move process ``pid`` (stage 1, still blocked) into the sandbox's cgroup."""
+        """v1: move process ``pid`` (stage 1, still blocked) into the sandbox's cgroups, so pid 1, its clone,
+        is born there. v2 needs no move: pid 1 is cloned into :meth:`open_birthplace`."""
         for directory in self.sandbox:
             _write(os.path.join(directory, "cgroup.procs"), str(pid))
+
+    def open_birthplace(self) -> int | None:
+        """v2: a descriptor of the sandbox's init cgroup, for stage 1 to clone pid 1 into (CLONE_INTO_CGROUP);
+        None on v1, whose hierarchies that clone cannot name."""
+        if self.hierarchy.version != 2:
+            return None
+        return os.open(self.sandbox[0], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
 
     def open_ops(self) -> int:
         """A write-only descriptor of the ops cgroup's process file, for pid 1 (an op writes ``0`` into it)."""

@@ -272,26 +272,33 @@ class Sandbox:
         """Start stage 1 blocked on its nonce; record it, admit the session, then release it with the nonce."""
         self.nonce = secrets.token_bytes(protocol.NONCE_BYTES)
         self._make_cgroup()
-        process = subprocess.Popen(
-            [interpreter, "-I", "-S", f"/proc/self/fd/{launcher_fd}", "stage1", str(self.staging_fd), self.socket_name],
-            executable=interpreter,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            pass_fds=(launcher_fd, self.staging_fd),
-            env={},
-            cwd="/",
-            start_new_session=True,
-            umask=SANDBOX_UMASK,
-        )
+        birthplace = self.cgroup.open_birthplace()
+        arguments = ["stage1", str(self.staging_fd), self.socket_name]
+        try:
+            process = subprocess.Popen(
+                [interpreter, "-I", "-S", f"/proc/self/fd/{launcher_fd}", *arguments,
+                 *(() if birthplace is None else (str(birthplace),))],
+                executable=interpreter,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(launcher_fd, self.staging_fd, *(() if birthplace is None else (birthplace,))),
+                env={},
+                cwd="/",
+                start_new_session=True,
+                umask=SANDBOX_UMASK,
+            )
+        finally:
+            if birthplace is not None:
+                os.close(birthplace)
         self.outer_launcher = process
         self.unreaped[process.pid] = self._op_id("launcher")
         # While stage 1's interpreter starts (it then waits for the nonce):
-        # its move into the cgroup, on a thread because the move mostly waits
-        # in the kernel (an RCU grace period, about 10 ms) and releases
+        # on v1 its move into the cgroups, on a thread because the move mostly
+        # waits in the kernel (an RCU grace period, about 10 ms) and releases
         # nothing (so it needs no intent), beside its durable record and S6,
         # checked before anything runs as the dedicated ids.
-        attaching = None if self.cgroup is None else _Background(self.cgroup.attach, process.pid)
+        attaching = None if birthplace is not None else _Background(self.cgroup.attach, process.pid)
         try:
             found = procfs.identity(process.pid)
             self.outer_pgid = found.pgid
@@ -306,9 +313,9 @@ class Sandbox:
         self.ledger.process_released(self._op_id("launcher"))
 
     def _make_cgroup(self) -> None:
-        """The sandbox's own cgroups (S14); stage 1 joins the sandbox's while still blocked, so pid 1 is born
-        there, and pid 1 gets the ops cgroup as a descriptor. Without the controllers there is no memory cap,
-        so there is no sandbox."""
+        """The sandbox's own cgroups (S14); pid 1 is born in the sandbox's (cloned into it on v2, the clone of a
+        stage 1 moved there while still blocked on v1), and pid 1 gets the ops cgroup as a descriptor. Without
+        the controllers there is no memory cap, so there is no sandbox."""
         hierarchy = cgroups.detect()
         if hierarchy is None:
             raise SandboxFailure(

@@ -249,6 +249,27 @@ def test_on_cgroup_v2_pid_1_sits_in_init_and_every_op_in_ops(sandbox_ids, state_
 @pytest.mark.usefixtures("contained")
 @pytest.mark.cgroup2
 @pytest.mark.skipif(not _cgroup_v2(), reason="needs cgroup v2 with memory and pids; this host is v1")
+def test_on_cgroup_v2_pid_1_is_cloned_into_its_cgroup_and_nothing_is_moved_there(sandbox_ids, state_root, monkeypatch):
+    """S14 on v2: pid 1 is born in the sandbox's init cgroup (clone3 with CLONE_INTO_CGROUP from stage 1), so
+    the starter moves no process there; a case's op then runs in ops. Any move of stage 1 fails this test."""
+    from steward import cgroups
+
+    def moved(self, pid):
+        raise AssertionError(f"stage 1 ({pid}) was moved into the sandbox's cgroup")
+
+    monkeypatch.setattr(cgroups.SandboxCgroup, "attach", moved)
+    with start(sandbox_ids, state_root) as sandbox:
+        init = sandbox.cgroup.sandbox[0]
+        with open(f"/proc/{sandbox.init_pid}/cgroup") as file:
+            pid_1 = file.read().strip()
+        result = sandbox.run(["/usr/bin/cat", "/proc/self/cgroup"], env={}, timeout_ms=10_000, stdout_cap=4096, stderr_cap=4096)
+    assert pid_1.startswith("0::/") and init.endswith(pid_1[len("0::"):]), (pid_1, init)
+    assert result.stdout.decode().strip() == pid_1[: -len("/init")] + "/ops", result.stdout
+
+
+@pytest.mark.usefixtures("contained")
+@pytest.mark.cgroup2
+@pytest.mark.skipif(not _cgroup_v2(), reason="needs cgroup v2 with memory and pids; this host is v1")
 def test_on_cgroup_v2_a_tmpfs_fill_counts_refused_charges_in_memory_events(sandbox_ids, state_root):
     """S14 on v2: the fill's charges refused at memory.max are counted in the ops cgroup's memory.events (max)
     and name MEMORY (tmpfs pages are not freed by a kill, so the kernel refuses the write rather than OOM-kill

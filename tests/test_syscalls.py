@@ -208,6 +208,39 @@ def test_clone_into_new_namespaces_gives_pid_one():
     assert inner == b"1"
 
 
+def _cgroup2_mount() -> str | None:
+    with open("/proc/self/mounts") as file:
+        points = [line.split()[1] for line in file if line.split()[2] == "cgroup2"]
+    return points[0] if points else None
+
+
+@root
+@pytest.mark.skipif(_cgroup2_mount() is None, reason="needs a cgroup v2 hierarchy mounted")
+def test_clone_into_cgroup_gives_a_child_born_in_the_cgroup():
+    """S14: clone_into_cgroup's child runs first in the named cgroup v2 directory, not in its parent's (pid 1 is
+    cloned so on v2). A cgroup v2 mount with no controllers, as on this v1 host, takes the clone as well."""
+    place = os.path.join(_cgroup2_mount(), f"casebox-test-clone3-{os.getpid()}")
+    os.mkdir(place)
+    try:
+        directory = os.open(place, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        read_end, write_end = os.pipe()
+        pid = sc.clone_into_cgroup(sc.CLONE_NEWUTS, directory)
+        if pid == 0:
+            with open("/proc/self/cgroup") as file:
+                os.write(write_end, next(line for line in file if line.startswith("0::")).encode())
+            os._exit(0)
+        os.close(write_end)
+        os.close(directory)
+        born_in = os.read(read_end, 4096).decode().strip()
+        os.close(read_end)
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        os.rmdir(place)
+    assert born_in == f"0::/{os.path.basename(place)}"
+    with open("/proc/self/cgroup") as file:
+        assert born_in not in file.read()
+
+
 def test_prctl_clears_ambient_capabilities_and_names_itself_on_failure():
     assert sc.prctl(sc.PR_CAP_AMBIENT, sc.PR_CAP_AMBIENT_CLEAR_ALL) == 0
     with pytest.raises(OSError, match="prctl") as caught:
