@@ -136,8 +136,9 @@ def test_a_session_whose_uid_owns_only_its_base_keyrings_is_cleaned(steward, sta
     assert _owned(sandbox_ids[0]) == inventory.BASE_KEYRINGS
 
 
+@pytest.mark.cgroup2
 def test_a_sandbox_cgroup_left_on_the_host_makes_cleanup_unverified(steward, state_path, sandbox_ids):
-    """S14, C4: cleanup lists every sandbox cgroup of the stage still on the host in the process inventory its
+    """S14, C4, on v1 and v2 alike: cleanup lists every sandbox cgroup of the stage still on the host in the process inventory its
     CLEANUP_EVIDENCE binds, with whether a process is in it; a cgroup left behind with a process in it (here
     planted where the stage's own sandbox cgroups live, as a teardown that failed would leave one) makes the
     cleanup UNVERIFIED. Its control: a closed sandbox leaves no cgroup, and the inventory says so."""
@@ -168,8 +169,9 @@ def test_a_sandbox_cgroup_left_on_the_host_makes_cleanup_unverified(steward, sta
     assert listed and listed[-1] == [{"path": left, "populated": True}]
 
 
+@pytest.mark.cgroup2
 def test_a_closed_session_lists_no_cgroup_of_its_stage(steward, state_path, sandbox_ids):
-    """S14, the control: after its sandboxes, no cgroup of the stage is left, the inventory's cgroups are empty
+    """S14, the control, on v1 and v2 alike: after its sandboxes, no cgroup of the stage is left, the inventory's cgroups are empty
     and cleanup is CLEANED."""
     _, _, closed = one_session(steward)
     assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
