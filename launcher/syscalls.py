@@ -184,11 +184,12 @@ def clone_into_cgroup(flags: int, cgroup_fd: int) -> int:
     """:func:`clone`, with the child born in the cgroup v2 directory ``cgroup_fd`` (clone3 with
     CLONE_INTO_CGROUP, Linux 5.7), so it never runs a moment in the caller's cgroup; 0 in the child.
 
-    The same rules as :func:`clone` bind the caller and the child.
+    The same rules as :func:`clone` bind the caller and the child. With CLONE_PARENT clone3 refuses any exit
+    signal (EINVAL); the sibling then takes the caller's own, SIGCHLD for a process its parent forked.
     """
     arguments = _FFI.new(f"uint64_t[{_CLONE_ARGS_WORDS}]")
     arguments[0] = flags | CLONE_INTO_CGROUP
-    arguments[_CLONE_ARGS_EXIT_SIGNAL] = _SIGCHLD
+    arguments[_CLONE_ARGS_EXIT_SIGNAL] = 0 if flags & CLONE_PARENT else _SIGCHLD
     arguments[_CLONE_ARGS_CGROUP] = cgroup_fd
     return _call("clone3", _FFI.cast("void *", arguments), _long(_FFI.sizeof(arguments)))
 

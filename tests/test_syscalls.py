@@ -216,29 +216,51 @@ def _cgroup2_mount() -> str | None:
 
 @root
 @pytest.mark.skipif(_cgroup2_mount() is None, reason="needs a cgroup v2 hierarchy mounted")
-def test_clone_into_cgroup_gives_a_child_born_in_the_cgroup():
-    """S14: clone_into_cgroup's child runs first in the named cgroup v2 directory, not in its parent's (pid 1 is
-    cloned so on v2). A cgroup v2 mount with no controllers, as on this v1 host, takes the clone as well."""
+@pytest.mark.parametrize("flags", [sc.CLONE_NEWUTS, sc.CLONE_PARENT | sc.CLONE_NEWPID | sc.CLONE_NEWCGROUP])
+def test_clone_into_cgroup_gives_a_child_born_in_the_cgroup(flags):
+    """S14: clone_into_cgroup's child runs first in the named cgroup v2 directory, not in its parent's, with
+    the flags stage 1 clones pid 1 with too (a sibling with CLONE_PARENT, which the caller's parent reaps as it
+    reaps a fork). A cgroup v2 mount with no controllers, as on this v1 host, takes the clone as well."""
     place = os.path.join(_cgroup2_mount(), f"casebox-test-clone3-{os.getpid()}")
     os.mkdir(place)
     try:
         directory = os.open(place, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        read_end, write_end = os.pipe()
-        pid = sc.clone_into_cgroup(sc.CLONE_NEWUTS, directory)
-        if pid == 0:
-            with open("/proc/self/cgroup") as file:
-                os.write(write_end, next(line for line in file if line.startswith("0::")).encode())
-            os._exit(0)
-        os.close(write_end)
+        release_read, release_write = os.pipe()
+        report_read, report_write = os.pipe()
+
+        def clone_a_waiting_child() -> int:
+            pid = sc.clone_into_cgroup(flags, directory)
+            if pid == 0:
+                os.read(release_read, 1)
+                os._exit(0)
+            return pid
+
+        if flags & sc.CLONE_PARENT:
+            cloner = os.fork()
+            if cloner == 0:
+                try:
+                    os.write(report_write, str(clone_a_waiting_child()).encode())
+                finally:
+                    os._exit(0)
+            os.close(report_write)
+            assert os.waitpid(cloner, 0)[1] == 0
+            reported = os.read(report_read, 32)
+            assert reported, "the clone failed in the cloner"
+            pid = int(reported)
+        else:
+            pid = clone_a_waiting_child()
         os.close(directory)
-        born_in = os.read(read_end, 4096).decode().strip()
-        os.close(read_end)
-        assert os.waitpid(pid, 0)[1] == 0
+        try:
+            with open(f"/proc/{pid}/cgroup") as file:
+                born_in = next(line for line in file if line.startswith("0::")).strip()
+        finally:
+            os.write(release_write, b"x")
+            assert os.waitpid(pid, 0)[1] == 0
+        for fd in (release_read, release_write, report_read, *(() if flags & sc.CLONE_PARENT else (report_write,))):
+            os.close(fd)
     finally:
         os.rmdir(place)
     assert born_in == f"0::/{os.path.basename(place)}"
-    with open("/proc/self/cgroup") as file:
-        assert born_in not in file.read()
 
 
 def test_prctl_clears_ambient_capabilities_and_names_itself_on_failure():
