@@ -20,13 +20,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import json
 import marshal
 import os
 import pathlib
 import stat
-import subprocess
-import sys
 
 import launcher
 from journal.createonly import write_durably
@@ -38,6 +35,10 @@ from steward.stateroot import STAGING, StateRoot
 
 TOP_LEVEL = "onefile.py"
 LAUNCHER_MODE = 0o500
+# Marshal's format 2, the last without back-references: from format 3 an object is written as one that may be
+# referred to again exactly when its reference count is above one, so the same code gave other bytes (and
+# another digest) in a process that held more references to one of its constants, such as a long test run.
+MARSHAL_VERSION = 2
 
 
 def _compile(source: bytes, name: str):
@@ -46,28 +47,6 @@ def _compile(source: bytes, name: str):
 
 def build(package_dir: pathlib.Path) -> bytes:
     """The launcher package in ``package_dir`` as one unchecked hash-based .pyc (PEP 552), deterministically.
-
-    It is built in a fresh interpreter with this one's import path: marshal marks an object it meets twice by
-    the object's reference count, so the same code marshalled in a process that holds more references to one
-    of its constants (a long-running steward, a test run) gives other bytes, and so another digest.
-    """
-    completed = subprocess.run(
-        [sys.executable, "-I", "-c", _BUILD_HERE, json.dumps(sys.path), str(package_dir)],
-        capture_output=True, env={}, cwd="/",
-    )
-    if completed.returncode != 0:
-        raise RuntimeError(completed.stderr.decode(errors="replace").strip().splitlines()[-1])
-    return completed.stdout
-
-
-_BUILD_HERE = (
-    "import json, pathlib, sys; sys.path[:] = json.loads(sys.argv[1]); from steward import provision; "
-    "sys.stdout.buffer.write(provision.build_here(pathlib.Path(sys.argv[2])))"
-)
-
-
-def build_here(package_dir: pathlib.Path) -> bytes:
-    """:func:`build` in this process: its bytes depend on the reference counts this process holds.
 
     Its code is ``onefile.py``'s, with the placeholder constant MODULES replaced
     by (name, is_package, code) for every other module, sorted by file name.
@@ -89,7 +68,7 @@ def build_here(package_dir: pathlib.Path) -> bytes:
     constants = list(top.co_consts)
     constants[slots[0]] = modules
     code = top.replace(co_consts=tuple(constants))
-    return importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little") + importlib.util.source_hash(source) + marshal.dumps(code)
+    return importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little") + importlib.util.source_hash(source) + marshal.dumps(code, MARSHAL_VERSION)
 
 
 @functools.lru_cache(maxsize=1)

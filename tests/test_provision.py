@@ -33,6 +33,24 @@ def _provisioned(staging_fd: int) -> bytes:
     return digest
 
 
+def test_the_launcher_bytes_do_not_depend_on_references_held_elsewhere(monkeypatch):
+    """S1: the build gives the same bytes however many references the building process holds to the code's
+    constants (a long-running steward or test run holds more than a fresh process); marshal's formats from 3
+    on flag an object by its reference count."""
+    package = provision.pathlib.Path(provision.launcher.__file__).parent
+    plain = provision.build(package)
+    held = []
+    compile_plainly = provision._compile
+
+    def compile_and_hold(source, name):
+        code = compile_plainly(source, name)
+        held.extend(code.co_consts)
+        return code
+
+    monkeypatch.setattr(provision, "_compile", compile_and_hold)
+    assert provision.build(package) == plain and held
+
+
 def test_the_shipped_launcher_is_deterministic():
     """S1: the same package gives the same bytes, in this process and in a fresh one."""
     data, digest = provision.shipped()
