@@ -273,24 +273,24 @@ class Sandbox:
         self.nonce = secrets.token_bytes(protocol.NONCE_BYTES)
         self._make_cgroup()
         birthplace = self.cgroup.open_birthplace()
-        arguments = ["stage1", str(self.staging_fd), self.socket_name]
+        handed = () if birthplace is None else (birthplace,)
         try:
             process = subprocess.Popen(
-                [interpreter, "-I", "-S", f"/proc/self/fd/{launcher_fd}", *arguments,
-                 *(() if birthplace is None else (str(birthplace),))],
+                [interpreter, "-I", "-S", f"/proc/self/fd/{launcher_fd}", "stage1", str(self.staging_fd),
+                 self.socket_name, *map(str, handed)],
                 executable=interpreter,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                pass_fds=(launcher_fd, self.staging_fd, *(() if birthplace is None else (birthplace,))),
+                pass_fds=(launcher_fd, self.staging_fd, *handed),
                 env={},
                 cwd="/",
                 start_new_session=True,
                 umask=SANDBOX_UMASK,
             )
         finally:
-            if birthplace is not None:
-                os.close(birthplace)
+            for fd in handed:
+                os.close(fd)
         self.outer_launcher = process
         self.unreaped[process.pid] = self._op_id("launcher")
         # While stage 1's interpreter starts (it then waits for the nonce):

@@ -18,6 +18,7 @@ import pytest
 from ffi_support import serialized
 from launcher import syscalls as sc
 from sandbox_support import mount_table
+from steward import cgroups
 
 root = pytest.mark.root
 
@@ -209,8 +210,8 @@ def test_clone_into_new_namespaces_gives_pid_one():
 
 
 def _cgroup2_mount() -> str | None:
-    with open("/proc/self/mounts") as file:
-        points = [line.split()[1] for line in file if line.split()[2] == "cgroup2"]
+    with open("/proc/self/mountinfo", errors="surrogateescape") as file:
+        points = [point for point, fstype, _ in cgroups._mounts(file.read()) if fstype == "cgroup2"]
     return points[0] if points else None
 
 
