@@ -28,6 +28,7 @@ import fcntl
 import functools
 import os
 import stat
+import threading
 import time
 from typing import Any, Callable, Mapping
 
@@ -137,6 +138,9 @@ class JournalWriter:
         self._clock = clock
         self._hook = hook
         self._poisoned: str | None = None
+        # Appends may come from two threads (a sandbox brought to READY on a thread of its own while another
+        # runs an op): each record is admitted, written and synced before the next is admitted.
+        self._appending = threading.Lock()
 
     # Opening
 
@@ -281,6 +285,10 @@ class JournalWriter:
         accept at this place (schema, order, cap or reserve) is refused before
         anything is written.
         """
+        with self._appending:
+            return self._append(kind, fields)
+
+    def _append(self, kind: Kind, fields: Mapping[str, Any]) -> str:
         self._usable()
         if kind is Kind.GENESIS:
             raise Refused(kind.name, "is written only by create")

@@ -32,6 +32,15 @@ EVIDENCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}\Z")
 EVIDENCE_RULE = "must be one file name of A-Z a-z 0-9 . _ -, starting with a letter or digit, at most 255 bytes"
 MAX_EVIDENCE_BYTES = 512 << 10
 MAX_EVIDENCE_FILES = 254
+# How many sandboxes one session may start ahead of their ops (docs/launcher.md, "Started ahead").
+MAX_AHEAD = 3
+
+
+def ahead_for_host() -> int:
+    """The sandboxes a session starts ahead: one fewer than the cores this process may run on (one runs the
+    op), at most MAX_AHEAD; none on one core, where a start beside an op would only take the op's time."""
+    return max(0, min(len(os.sched_getaffinity(0)) - 1, MAX_AHEAD))
+
 # A sandbox's network (docs/launcher.md, S9): always a namespace of its own with lo; ``index`` adds the steward's
 # forwarder to one network index (steward/forwarder.py), for the resolver and fetch of that index only.
 LOOPBACK = "loopback"
@@ -111,19 +120,24 @@ class Limits:
 
 @dataclasses.dataclass(frozen=True)
 class Opened:
-    """A new session: its stage, its journal and the head after GENESIS."""
+    """A new session: its stage, its journal, the head after GENESIS, and how many sandboxes it may start
+    ahead of their ops at once (Session.start_ahead; 0 on a host with one core)."""
 
     stage_id: str
     journal_id: str
     attempt_id: str
     head: str
+    ahead: int = 0
 
     def to_wire(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_wire(cls, fields: ClosedObject) -> "Opened":
-        value = cls(pop_id(fields, "stage_id"), pop_id(fields, "journal_id"), pop_id(fields, "attempt_id"), fields.pop_sha256("head"))
+        value = cls(
+            pop_id(fields, "stage_id"), pop_id(fields, "journal_id"), pop_id(fields, "attempt_id"), fields.pop_sha256("head"),
+            fields.pop_int("ahead", low=0, high=MAX_AHEAD),
+        )
         fields.done()
         return value
 

@@ -26,6 +26,7 @@ from typing import Sequence
 
 from journal.closed import ClosedObject
 from journal.errors import Refused
+from journal.format import pop_id
 from steward import api
 from steward.failure import SandboxFailure
 from steward.wire import CLIENT, Endpoint, PeerGone, WireError
@@ -87,6 +88,16 @@ class RemoteSession:
         if index is not None:
             request["index"] = index
         fields, _ = self._call("START", request)
+        return api.Ready.from_wire(fields)
+
+    def start_ahead(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: api.Limits = api.Limits()) -> str:
+        fields, _ = self._call("START_AHEAD", {"read": list(read), "write": list(write), "limits": limits.to_wire()})
+        sandbox = pop_id(fields, "sandbox")
+        fields.done()
+        return sandbox
+
+    def take_sandbox(self) -> api.Ready:
+        fields, _ = self._call("TAKE", {})
         return api.Ready.from_wire(fields)
 
     def run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import psutil
 
 from journal.errors import Refused
+from steward.cgroups import sandbox_name
 
 
 def processes_using(uid: int, gid: int) -> list[tuple[int, str]]:
@@ -34,9 +35,19 @@ def _name(process: psutil.Process) -> str:
         return "?"
 
 
-def require_unused(uid: int, gid: int) -> None:
-    """Refuse the session when any live process already runs as the dedicated pair."""
+_PF_EXITING = 0x4  # include/linux/sched.h
+
+
+def require_unused(uid: int, gid: int, *, beside: tuple[str, ...] = ()) -> None:
+    """Refuse the session when any live process already runs as the dedicated pair.
+
+    ``beside``: the ids of the session's own live sandboxes (one open while the next starts ahead); a process
+    in one of their cgroups, which it cannot leave, is theirs and tolerated. Every other user is refused.
+    """
     users = processes_using(uid, gid)
+    if beside:
+        names = {sandbox_name(sandbox_id) for sandbox_id in beside}
+        users = [(pid, name) for pid, name in users if not _in_cgroup_named(pid, names)]
     if users:
         pid, name = users[0]
         more = f" and {len(users) - 1} more" if len(users) > 1 else ""
@@ -45,6 +56,22 @@ def require_unused(uid: int, gid: int) -> None:
             f"process {pid} ({name}){more} already runs as it; the sandbox ids must be dedicated and unused "
             "(stop those processes or configure another sandbox_uid/sandbox_gid)",
         )
+
+
+def _in_cgroup_named(pid: int, names: set[str]) -> bool:
+    """Whether ``pid`` is a process of one of the sandboxes ``names``: in one of their cgroups in any hierarchy,
+    or gone, or exiting (a sandbox being closed beside this start: the kernel has taken its cgroup from it,
+    and it never runs again)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as file:
+            text = file.read()
+        if any(names.intersection(line.split(":", 2)[-1].split("/")) for line in text.splitlines()):
+            return True
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            flags = int(file.read().rpartition(b")")[2].split()[6])
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return bool(flags & _PF_EXITING)
 
 
 # The stage's own sandbox id pair, written once right after its GENESIS: recovery cleans up as the ids the

@@ -92,8 +92,8 @@ def _smallest_process_record() -> int:
 
 # What one session may hold open at once: its socket, its stage's five directories and its journal, its
 # capabilities, the lease, a /proc handle for every process its journal has room to record (C2), and an open
-# sandbox or helper with its pipes, sockets and pidfds.
-SESSION_DESCRIPTORS = 1 + 6 + MAX_CAPABILITIES + 1 + RESERVE_START // _smallest_process_record() + 32
+# sandbox or helper with its pipes, sockets and pidfds, and as much again for each sandbox started ahead.
+SESSION_DESCRIPTORS = 1 + 6 + MAX_CAPABILITIES + 1 + RESERVE_START // _smallest_process_record() + 32 * (1 + api.MAX_AHEAD)
 # The daemon's own: standard streams, the listener, the selector, its pipes, the spare, libraries.
 BASE_DESCRIPTORS = 64
 
@@ -335,6 +335,16 @@ class Connection:
         index = fields.pop_str("index", max_bytes=4_096) if fields.has("index") else None
         fields.done()
         return self.session.start_sandbox(read=read, write=write, limits=limits, network=network, index=index).to_wire(), ()
+
+    def _do_start_ahead(self, fields: ClosedObject, fds: list[int]):
+        read, write = _names(fields, "read"), _names(fields, "write")
+        limits = api.Limits.from_wire(fields.pop_object("limits"))
+        fields.done()
+        return {"sandbox": self.session.start_ahead(read=read, write=write, limits=limits)}, ()
+
+    def _do_take(self, fields: ClosedObject, fds: list[int]):
+        fields.done()
+        return self.session.take_sandbox().to_wire(), ()
 
     def _do_run(self, fields: ClosedObject, fds: list[int]):
         argv = _strings(fields, "argv", min_items=1, max_items=4_096)

@@ -26,6 +26,7 @@ itself never runs out, since its cap is reserved when it is created.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import os
@@ -95,6 +96,8 @@ class Settings:
     helper_command: tuple[str, ...] = helperattempts.HELPER_COMMAND
     # The hosts besides the index's own that an index sandbox's forwarder may reach (``index_file_hosts``).
     index_file_hosts: tuple[str, ...] = ()
+    # How many sandboxes a session may start ahead of their ops at once (start_ahead).
+    ahead: int = dataclasses.field(default_factory=api.ahead_for_host)
 
 
 def pool(settings: Settings) -> tuple[tuple[int, int], ...]:
@@ -283,6 +286,24 @@ class Steward:
         self.close()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Waiting:
+    """A sandbox started ahead: its outputs, and its way to READY on a thread of its own (``completion``)."""
+
+    sandbox: object
+    outputs: frozenset[str]
+    completion: object
+
+
+def _complete(sandbox, opened: list[int]) -> None:
+    """Bring a sandbox started ahead to READY; the descriptors its start opened are closed after it."""
+    try:
+        sandbox.complete()
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
 class Session:
     """One stage. Not thread-safe: one caller drives it, one call at a time."""
 
@@ -309,6 +330,8 @@ class Session:
         self.sealed: dict[str, api.Sealed] = {}
         self.sandbox = None
         self.sandbox_outputs: set[str] = set()
+        # Sandboxes started ahead, oldest first, each on its way to READY or there (start_ahead).
+        self.waiting: collections.deque[_Waiting] = collections.deque()
         self.sandboxes = 0
         self.lease: Lease | None = None
         self.outer: list[tuple[str, int, bool]] = []
@@ -359,7 +382,7 @@ class Session:
             raise Refused("session", "is already closed")
 
     def info(self) -> api.Opened:
-        return api.Opened(self.stage_id, self.journal_id, self.attempt_id, self.ledger.head)
+        return api.Opened(self.stage_id, self.journal_id, self.attempt_id, self.ledger.head, self.settings.ahead)
 
     # -- capabilities and outputs ---------------------------------------------
 
@@ -410,8 +433,8 @@ class Session:
         self._usable()
         if name not in self.live:
             raise Refused(f"output {name}", "is not an unsealed output of this session")
-        if self.sandbox is not None and name in self.sandbox_outputs:
-            raise Refused(f"output {name}", "is still mounted in the open sandbox; close it first")
+        if name in self._held_outputs():
+            raise Refused(f"output {name}", "is still mounted in a live sandbox; close it first")
         source = outputs.open_live(self.live_fd, name)
         try:
             inventory, files, directories, size = outputs.seal_copy(
@@ -458,21 +481,68 @@ class Session:
         index: str | None = None,
     ) -> api.Ready:
         """Start one sandbox: each ``read`` name (a capability or a sealed output) read-only at /cap/NAME,
-        each ``write`` name (an unsealed output) writable at /out/NAME. One sandbox at a time per session.
+        each ``write`` name (an unsealed output) writable at /out/NAME. One sandbox is open at a time per session.
         ``network`` is ``loopback`` (S9) or ``index``, which needs the ``index`` URL: the sandbox then gets the
         forwarder to that index and the configured file hosts (steward/forwarder.py) and is named
         ``<stage>-<n>-net``."""
+        self._usable()
+        if self.sandbox is not None:
+            raise Refused("sandbox", "is already open; close it before starting another")
+        sandbox, opened = self._launch(read, write, limits, network, index)
+        try:
+            sandbox.complete()
+        except BaseException:
+            self._ended_sandbox(sandbox)
+            raise
+        finally:
+            for fd in opened:
+                os.close(fd)
+        self._open(sandbox)
+        return self._ready()
+
+    @_room_checked
+    def start_ahead(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits()) -> str:
+        """Start a loopback sandbox ahead of its op: it is spawned now and brought to READY on a thread of its
+        own while the open sandbox runs its op; :meth:`take_sandbox` then opens it. At most ``ahead`` wait at
+        once (Settings.ahead). Its id."""
+        from steward.starter import Background
+
+        self._usable()
+        if len(self.waiting) >= self.settings.ahead:
+            raise Refused("sandbox", f"would be more than {self.settings.ahead} sandboxes started ahead in this session")
+        sandbox, opened = self._launch(read, write, limits, api.LOOPBACK, None)
+        completion = Background(_complete, sandbox, opened, name=f"casebox-ahead-{sandbox.id}")
+        self.waiting.append(_Waiting(sandbox, frozenset(write), completion))
+        return sandbox.id
+
+    @_room_checked
+    def take_sandbox(self) -> api.Ready:
+        """Open the oldest sandbox started ahead, once it is READY; its start's failure is raised here."""
+        self._usable()
+        if self.sandbox is not None:
+            raise Refused("sandbox", "is already open; close it before taking another")
+        if not self.waiting:
+            raise Refused("sandbox", "none was started ahead; start one first")
+        # Left in the queue until READY or its failure, so an interrupted wait leaves it for the session's end.
+        waiting = self.waiting[0]
+        failure = waiting.completion.join()
+        self.waiting.popleft()
+        if failure is not None:
+            self._ended_sandbox(waiting.sandbox)
+            raise failure
+        self._open(waiting.sandbox)
+        return self._ready()
+
+    def _launch(self, read, write, limits: Limits, network: str, index: str | None):
+        """Check a start, take the lease if no sandbox holds it yet, and spawn stage 1 on this thread."""
         from steward.forwarder import Destinations
         from steward.starter import Sandbox, Spec
 
-        self._usable()
         if network not in api.NETWORKS:
             raise Refused("network", f"must be one of {', '.join(api.NETWORKS)}")
         if (index is not None) != (network == api.INDEX_NETWORK):
             raise Refused("index", f"is given with the {api.INDEX_NETWORK} network, and only with it")
         destinations = None if index is None else Destinations.of(index, self.settings.index_file_hosts)
-        if self.sandbox is not None:
-            raise Refused("sandbox", "is already open; close it before starting another")
         names = list(read) + list(write)
         if len(set(names)) != len(names):
             raise Refused("sandbox", "names one capability or output twice")
@@ -482,9 +552,14 @@ class Session:
         for name in write:
             if name not in self.live:
                 raise Refused(f"write {name}", "is not an unsealed output of this session")
+            if name in self._held_outputs():
+                raise Refused(f"write {name}", "is another live sandbox's output")
+        beside = tuple(sandbox.id for sandbox in self._live_sandboxes())
         opened: list[int] = []
-        lease = self.root.lease(self.uid, wait_seconds=self.settings.lease_seconds, stop=self.steward.stopping)
+        sandbox = None
         try:
+            if self.lease is None:
+                self.lease = self.root.lease(self.uid, wait_seconds=self.settings.lease_seconds, stop=self.steward.stopping)
             capabilities, mounts = [], []
             for name in read:
                 fd = self.capabilities[name] if name in self.capabilities else outputs.open_sealed(self.outputs_fd, name)
@@ -502,25 +577,42 @@ class Session:
             self.sandboxes += 1
             spec = Spec(
                 self.uid, self.gid, tuple(capabilities), limits, tuple(writable), network, tuple(mounts),
-                destinations,
+                destinations, beside, self.settings.ahead,
             )
             suffix = NETWORK_SANDBOX_SUFFIX if network == api.INDEX_NETWORK else ""
             sandbox = Sandbox(spec, self.ledger, self.root, f"{self.stage_id}-{self.sandboxes}{suffix}")
-            try:
-                sandbox.boot()
-            except BaseException:
-                self._note_outer(sandbox)
-                raise
-            self.sandbox = sandbox
+            sandbox.launch()
         except BaseException:
-            lease.release()
-            raise
-        finally:
             for fd in opened:
                 os.close(fd)
-        self.lease = lease
-        self.sandbox_outputs = set(write)
+            if sandbox is not None:
+                self._note_outer(sandbox)
+            self._release_idle_lease()
+            raise
+        return sandbox, opened
+
+    def _open(self, sandbox) -> None:
+        self.sandbox = sandbox
+        self.sandbox_outputs = {name for name, _ in sandbox.spec.outputs}
+
+    def _ready(self) -> api.Ready:
         return api.Ready(self.sandbox.id, self.ledger.head, dict(self.sandbox.ready), self.sandbox.spec.network)
+
+    def _live_sandboxes(self) -> list:
+        return ([] if self.sandbox is None else [self.sandbox]) + [waiting.sandbox for waiting in self.waiting]
+
+    def _held_outputs(self) -> set[str]:
+        return set(self.sandbox_outputs).union(*(waiting.outputs for waiting in self.waiting))
+
+    def _ended_sandbox(self, sandbox) -> None:
+        """A sandbox of this session is torn down: keep its outer claim; the lease goes with the last one."""
+        self._note_outer(sandbox)
+        self._release_idle_lease()
+
+    def _release_idle_lease(self) -> None:
+        if self.lease is not None and self.sandbox is None and not self.waiting:
+            self.lease.release()
+            self.lease = None
 
     def _note_outer(self, sandbox) -> None:
         """Keep the C3 claim the starter made at teardown on a sandbox's outer group, if it ever had one."""
@@ -570,14 +662,11 @@ class Session:
         return self.ledger.head
 
     def _closed_sandbox(self) -> None:
-        """After the starter's teardown (by close or by failure): keep its outer claim, release the lease."""
-        if self.sandbox is not None:
-            self._note_outer(self.sandbox)
-            self.sandbox = None
+        """After the starter's teardown of the open sandbox (by close or by failure)."""
+        sandbox, self.sandbox = self.sandbox, None
         self.sandbox_outputs = set()
-        if self.lease is not None:
-            self.lease.release()
-            self.lease = None
+        if sandbox is not None:
+            self._ended_sandbox(sandbox)
 
     # -- the end --------------------------------------------------------------------
 
@@ -681,6 +770,16 @@ class Session:
                 failures.append(error)
             finally:
                 self._closed_sandbox()
+        # C9: a sandbox started ahead and never taken is closed here, its records in this journal.
+        while self.waiting:
+            waiting = self.waiting.popleft()
+            try:
+                if waiting.completion.join() is None:
+                    waiting.sandbox.close()
+            except Exception as error:
+                failures.append(error)
+            finally:
+                self._ended_sandbox(waiting.sandbox)
         for name in list(self.live):
             try:
                 self._unmount(name)

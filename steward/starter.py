@@ -72,6 +72,11 @@ class Spec:
     network: str = LOOPBACK
     mounts: tuple[tuple[str, int], ...] = ()
     destinations: Destinations | None = None
+    # The session's other sandboxes that may run as the same pair beside this one (one open while others start
+    # ahead, docs/launcher.md): ``beside`` names those live at its start, whose processes S6 tolerates;
+    # ``companions`` counts how many pid 1s of them may live at once, which its RLIMIT_NPROC leaves room for.
+    beside: tuple[str, ...] = ()
+    companions: int = 0
 
 
 def op_class(reported: str, before: cgroups.Counters, after: cgroups.Counters) -> str:
@@ -135,23 +140,29 @@ def _await_zombie(pid: int, seconds: float) -> int | None:
     return pidfd
 
 
-class _Background:
-    """``function(*arguments)`` on its own thread; ``join`` waits and returns what it raised, if anything."""
+class Background:
+    """``function(*arguments)`` on a thread of its own; ``join`` waits and returns what it raised, if anything.
 
-    def __init__(self, function, *arguments) -> None:
+    It waits on an event, not Thread.join: CPython 3.11's join, interrupted by Ctrl-C at the wrong moment,
+    marks a thread that still runs as ended (bpo-45274's fix), and a teardown would then run beside it.
+    """
+
+    def __init__(self, function, *arguments, name: str = "casebox-starter") -> None:
         self._failure: BaseException | None = None
+        self._done = threading.Event()
 
         def run() -> None:
             try:
                 function(*arguments)
             except BaseException as error:
                 self._failure = error
+            finally:
+                self._done.set()
 
-        self._thread = threading.Thread(target=run, name="casebox-starter", daemon=True)
-        self._thread.start()
+        threading.Thread(target=run, name=name, daemon=True).start()
 
     def join(self) -> BaseException | None:
-        self._thread.join()
+        self._done.wait()
         return self._failure
 
 
@@ -190,6 +201,12 @@ class Sandbox:
         # None until teardown; then True only if the outer group was proved absent (C3).
         self.outer_absent: bool | None = None
         self.ready: dict | None = None
+        # Held from the launch to the end of the bootstrap only.
+        self.usr_fd = -1
+        self.runtime = None
+        self.digest = b""
+        self.listener: socket.socket | None = None
+        self.attaching: Background | None = None
         # Ledger failures during teardown, raised once the teardown is done.
         self.unrecorded: list[Exception] = []
         if spec.network not in NETWORKS:
@@ -210,9 +227,30 @@ class Sandbox:
 
     def boot(self) -> None:
         """Bring this sandbox up to READY; on failure everything is torn down (and the outer group claimed, C3)."""
+        self.launch()
+        self.complete()
+
+    def launch(self) -> None:
+        """The first half of :meth:`boot`, on the thread that owns the session: stage 1 is spawned and recorded.
+
+        pid 1 is the child of the thread that spawned stage 1 (CLONE_PARENT), and its parent-death signal
+        follows that thread (prctl(2)), so the spawn happens on the thread that lives as long as the session;
+        :meth:`complete` may then run on any thread (a sandbox started ahead, docs/launcher.md).
+        """
+        self._failing_closed(self._launch)
+
+    def complete(self) -> None:
+        """The second half of :meth:`boot`: S6, stage 1's release, the rendezvous and the bootstrap, to READY."""
         try:
-            self._start()
+            self._failing_closed(self._complete)
+        finally:
+            self._close_boot_descriptors()
+
+    def _failing_closed(self, step) -> None:
+        try:
+            step()
         except BaseException as error:
+            self._close_boot_descriptors()
             self._teardown()
             if isinstance(error, ProtocolError):
                 raise SandboxFailure(self._explain(error)) from None
@@ -221,41 +259,57 @@ class Sandbox:
     def _op_id(self, what: str) -> str:
         return f"{self.id}.{what}"
 
-    def _start(self) -> None:
-        usr_fd = os.open("/usr", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    def _launch(self) -> None:
+        self.usr_fd = os.open("/usr", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.runtime = open_runtime()
+        data, self.digest = provision.shipped()
+        self.staging_fd, root_path = provision.open_staging(self.state_root)
+        shown = os.path.join(root_path, provision.STAGING, self.launcher_name)
+        provision.provision(self.staging_fd, self.launcher_name, data, shown=shown)
+        launcher_fd = provision.open_verified(self.staging_fd, self.launcher_name, self.digest, shown=shown)
+        try:
+            self.listener = self._listen()
+            self._spawn(self.runtime.interpreter, launcher_fd)
+        finally:
+            os.close(launcher_fd)
+
+    def _complete(self) -> None:
+        self._release_stage_one()
+        try:
+            connection = self._accept(self.listener)
+        finally:
+            self._close_listener()
+        self.channel = Channel(connection, protocol.STARTER)
+        self._hello()
         trees = [
-            ("CAPABILITY", usr_fd, "/usr"),
+            ("CAPABILITY", self.usr_fd, "/usr"),
             *(("CAPABILITY", fd, f"/cap/{name}") for name, fd in self.spec.capabilities),
             *(("CAPABILITY", fd, path) for path, fd in self.spec.mounts),
             *(("OUTPUT", fd, f"/out/{name}") for name, fd in self.spec.outputs),
         ]
-        runtime = None
-        try:
-            runtime = open_runtime()
-            data, digest = provision.shipped()
-            program = provision.shipped_filter()
-            self.staging_fd, root_path = provision.open_staging(self.state_root)
-            shown = os.path.join(root_path, provision.STAGING, self.launcher_name)
-            provision.provision(self.staging_fd, self.launcher_name, data, shown=shown)
-            launcher_fd = provision.open_verified(self.staging_fd, self.launcher_name, digest, shown=shown)
-            try:
-                listener = self._listen()
-                try:
-                    self._spawn(runtime.interpreter, launcher_fd)
-                    connection = self._accept(listener)
-                finally:
-                    listener.close()
-                    os.unlink(self.socket_name, dir_fd=self.staging_fd)
-            finally:
-                os.close(launcher_fd)
-            self.channel = Channel(connection, protocol.STARTER)
-            self._hello()
-            self._setup(digest, program, runtime, trees)
-        finally:
-            os.close(usr_fd)
-            if runtime is not None:
-                runtime.close()
+        self._setup(self.digest, provision.shipped_filter(), self.runtime, trees)
+        self._close_boot_descriptors()
         self._bootstrap()
+
+    def _close_listener(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+            os.unlink(self.socket_name, dir_fd=self.staging_fd)
+
+    def _close_boot_descriptors(self) -> None:
+        """What only the boot needs: the rendezvous listener, /usr and the runtime's descriptors (and, on a
+        failed launch, the wait for stage 1's move into the cgroups)."""
+        attaching, self.attaching = self.attaching, None
+        if attaching is not None:
+            attaching.join()
+        self._close_listener()
+        if self.usr_fd >= 0:
+            os.close(self.usr_fd)
+            self.usr_fd = -1
+        if self.runtime is not None:
+            self.runtime.close()
+            self.runtime = None
 
     def _listen(self) -> socket.socket:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
@@ -298,18 +352,23 @@ class Sandbox:
         # waits in the kernel (an RCU grace period, about 10 ms) and releases
         # nothing (so it needs no intent), beside its durable record and S6,
         # checked before anything runs as the dedicated ids.
-        attaching = None if birthplace is not None else _Background(self.cgroup.attach, process.pid)
+        self.attaching = None if birthplace is not None else Background(self.cgroup.attach, process.pid)
+        found = procfs.identity(process.pid)
+        self.outer_pgid = found.pgid
+        self.ledger.process_intent(self._op_id("launcher"), "launcher", found.pid, found.starttime, found.pgid)
+
+    def _release_stage_one(self) -> None:
+        """S6 before anything can run as the dedicated ids (no process but the session's own sandboxes' uses
+        them), stage 1 in its cgroups, then its release with the nonce."""
         try:
-            found = procfs.identity(process.pid)
-            self.outer_pgid = found.pgid
-            self.ledger.process_intent(self._op_id("launcher"), "launcher", found.pid, found.starttime, found.pgid)
-            dedicated.require_unused(self.spec.uid, self.spec.gid)
+            dedicated.require_unused(self.spec.uid, self.spec.gid, beside=self.spec.beside)
         finally:
+            attaching, self.attaching = self.attaching, None
             failure = None if attaching is None else attaching.join()
         if failure is not None:
             raise failure
-        process.stdin.write(self.nonce)
-        process.stdin.close()
+        self.outer_launcher.stdin.write(self.nonce)
+        self.outer_launcher.stdin.close()
         self.ledger.process_released(self._op_id("launcher"))
 
     def _make_cgroup(self) -> None:
@@ -360,9 +419,9 @@ class Sandbox:
             hostname=HOSTNAME,
             tmp_bytes=caps.tmp_bytes,
             work_bytes=caps.work_bytes,
-            # One above the cgroup's pids.max (which counts pid 1 too), so
-            # where the cgroup exists it refuses the fork first and counts it.
-            rlimit_nproc=caps.processes + 2,
+            # One above the cgroup's pids.max (which counts pid 1 too) and the pid 1s of the sandboxes beside
+            # it (the kernel counts every process of the uid), so the cgroup refuses the fork first and counts it.
+            rlimit_nproc=caps.processes + 2 + spec.companions,
             rlimit_nofile=caps.files,
             rlimit_fsize=caps.file_size,
             seccomp_program=program,

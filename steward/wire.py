@@ -32,6 +32,8 @@ REQUESTS = {
     "CAPABILITY": (1,),
     "OUTPUT": (0,),
     "START": (0,),
+    "START_AHEAD": (0,),
+    "TAKE": (0,),
     "RUN": (0,),
     "STOP": (0,),
     "SEAL": (0,),

@@ -72,23 +72,27 @@ class Op:
 
 class FakeSession:
     """The session API in memory. ``answer(op)`` returns the OpOutcome of each op (default: exit 0);
-    ``failing_starts`` holds the numbers (from 1) of the sandbox starts that fail."""
+    ``failing_starts`` holds the numbers (from 1) of the sandbox starts that fail (a start ahead fails when it
+    is taken); ``ahead`` is how many sandboxes it lets a client start ahead. ``events`` is every call in order."""
 
-    def __init__(self, root: pathlib.Path, answer: Callable[[Op], OpOutcome] | None = None, failing_starts=()) -> None:
+    def __init__(self, root: pathlib.Path, answer: Callable[[Op], OpOutcome] | None = None, failing_starts=(), ahead: int = 0) -> None:
         self.root = root
         (root / "live").mkdir(parents=True)
         (root / "sealed").mkdir()
         self.answer = answer or (lambda op: outcome(f"s.op-{len(self.ops)}"))
         self.failing_starts = set(failing_starts)
+        self.ahead = ahead
         self.capabilities: dict[str, int] = {}
         self.starts = 0
         self.open: tuple[list[str], list[str]] | None = None
+        self.waiting: list[tuple[int, tuple]] = []
+        self.events: list[tuple[str, int]] = []
         self.ops: list[Op] = []
         self.published: dict[str, bytes] = {}
         self.closed_sandboxes = 0
 
     def info(self) -> Opened:
-        return Opened("stage-1", "journal-1", "run-1", HEAD)
+        return Opened("stage-1", "journal-1", "run-1", HEAD, self.ahead)
 
     def add_capability(self, name: str, fd: int) -> None:
         assert name not in self.capabilities
@@ -100,13 +104,32 @@ class FakeSession:
     def start_sandbox(self, *, read=(), write=(), limits=None, network="loopback", index=None) -> Ready:
         assert self.open is None, "one sandbox at a time"
         self.starts += 1
+        self.events.append(("start", self.starts))
         if self.starts in self.failing_starts:
             raise SandboxFailure(f"start {self.starts} failed on purpose")
         self.open = (list(read), list(write), network, index, limits)
+        self.number = self.starts
         return Ready(f"s{self.starts}", HEAD, READY_PROOF, network)
+
+    def start_ahead(self, *, read=(), write=(), limits=None) -> str:
+        assert len(self.waiting) < self.ahead
+        self.starts += 1
+        self.events.append(("ahead", self.starts))
+        self.waiting.append((self.starts, (list(read), list(write), "loopback", None, limits)))
+        return f"s{self.starts}"
+
+    def take_sandbox(self) -> Ready:
+        assert self.open is None and self.waiting
+        number, request = self.waiting.pop(0)
+        self.events.append(("take", number))
+        if number in self.failing_starts:
+            raise SandboxFailure(f"start {number} failed on purpose")
+        self.open, self.number = request, number
+        return Ready(f"s{number}", HEAD, READY_PROOF, "loopback")
 
     def run(self, argv, **op) -> OpOutcome:
         assert self.open is not None
+        self.events.append(("run", self.number))
         read, write, network, index, limits = self.open
         record = Op(
             list(argv), read, write, {name: self.root / "live" / name for name in write}, network, index, dict(op["env"]),

@@ -51,6 +51,15 @@ def test_a_full_file_is_read(tmp_path):
     assert loaded.as_dict()["client_uids"] == [0, 1000]
 
 
+def test_sandboxes_ahead_is_read_and_reaches_the_stewards_settings(tmp_path):
+    """sandboxes_ahead: 0 turns starting ahead off, and the steward's sessions get what the file says."""
+    from executor.cli.sessions import settings_from
+
+    loaded = config.load(str(write(tmp_path, "sandboxes_ahead = 0\n")))
+    assert loaded.sandboxes_ahead == 0 and settings_from(loaded).ahead == 0
+    assert settings_from(config.load(str(write(tmp_path, "sandboxes_ahead = 3\n")))).ahead == 3
+
+
 def test_index_file_hosts_are_read_normalized_and_may_be_empty(tmp_path):
     """The forwarder's file hosts (issue 16): HOST or HOST:PORT, normalized to host:port; [] allows the index alone."""
     path = write(tmp_path, 'index_file_hosts = ["Files.PythonHosted.org", "mirror.example.org:8443", "[2001:db8::1]"]\n')
@@ -104,6 +113,8 @@ def test_a_bad_default_file_is_refused_not_ignored(tmp_path, monkeypatch):
         ("max_connections = true\n", "max_connections", "must be an integer from 1 to 4096"),
         ("max_connections_per_uid = 4097\n", "max_connections_per_uid", "must be an integer from 1 to 4096"),
         ('stop_seconds = "75"\n', "stop_seconds", "must be an integer from 1 to 3600"),
+        ("sandboxes_ahead = 4\n", "sandboxes_ahead", "must be an integer from 0 to 3"),
+        ("sandboxes_ahead = true\n", "sandboxes_ahead", "must be an integer from 0 to 3"),
         ('index_file_hosts = "files.pythonhosted.org"\n', "index_file_hosts", "must be a list of at most 16"),
         (f"index_file_hosts = {[f'h{n}.example.org' for n in range(17)]}\n", "index_file_hosts", "must be a list of at most 16"),
         ('index_file_hosts = ["user@files.example.org"]\n', "index_file_hosts", "must be a list of HOST or HOST:PORT"),
@@ -177,13 +188,18 @@ def test_a_good_explicit_config_is_accepted(casebox, tmp_path):
 
 
 def test_the_documented_keys_and_example_match_the_code(repo, tmp_path):
-    """docs/configuration.md lists every setting with its default, and its example is a valid file."""
+    """docs/configuration.md lists every setting with its default, and its example is a valid file; a default
+    the host decides is documented as its rule."""
+    from steward.api import ahead_for_host
+
+    computed = {"sandboxes_ahead": "one fewer than the cores the process may run on, at most 3"}
+    assert Config().sandboxes_ahead == ahead_for_host()
     text = (repo / "docs" / "configuration.md").read_text()
     for field in dataclasses.fields(Config):
         if field.name != "source":
             row = re.search(rf"^\| `{field.name}` \|[^|]*\| `?([^|`]*)`? \|", text, re.MULTILINE)
             assert row, field.name
-            default = field.default
+            default = computed.get(field.name, field.default)
             assert row.group(1) == (json.dumps(list(default)).replace(" ", "") if isinstance(default, tuple) else str(default))
     example = re.search(r"```toml\n(.*?)```", text, re.DOTALL).group(1)
     assert config.load(str(write(tmp_path, example))).client_uids == (0, 1001)

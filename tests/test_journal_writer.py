@@ -331,3 +331,27 @@ def test_a_journal_whose_cap_cannot_be_reserved_is_never_begun(tmp_path):
             assert (disk / "kept").read_bytes() == data
         finally:
             os.close(fd)
+
+
+def test_appends_from_two_threads_are_one_chain(stage):
+    """J1, J2 with two writers' threads (a sandbox brought to READY on its own thread while another runs an op):
+    each record is admitted, written and synced before the next, so the journal is VALID, holds every record
+    once, and each returned head is one of its records (red when appends are not serialized)."""
+    import threading
+
+    heads: dict[str, list[str]] = {"a": [], "b": []}
+    with create(stage) as writer:
+
+        def append(name: str) -> None:
+            for n in range(150):
+                heads[name].append(writer.process_intent(f"{name}-{n}", "descendant", 1000 + n, n, 1000 + n))
+                heads[name].append(writer.process_released(f"{name}-{n}"))
+
+        threads = [threading.Thread(target=append, args=(name,)) for name in heads]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        reading = read_journal(stored(stage))
+    assert reading.verdict is Verdict.VALID and len(reading.records) == 1 + 600
+    assert sorted(record.digest for record in reading.records[1:]) == sorted(heads["a"] + heads["b"])

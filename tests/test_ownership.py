@@ -109,6 +109,24 @@ def test_an_untaken_ready_sandbox_closes_and_returns_its_head(session):
         started.take(owner)
 
 
+def test_a_sandbox_started_ahead_is_its_owners_alone_and_closes_untaken(session):
+    """C9: a sandbox started ahead belongs to the one who started it: no one else takes it; taken, it is the
+    READY sandbox; never taken, closing it shuts it down (the head), and a start ahead that failed hands its
+    lifecycle evidence back instead, each once."""
+    session.ahead = 2
+    session.failing_starts = {2}
+    owner = object()
+    starter = Gate(session).starter(CASE_SERVICE, owner)
+    first, second = starter.start_ahead(), starter.start_ahead()
+    with pytest.raises(OwnershipError, match="cannot take"):
+        first.take(object())
+    assert first.close(owner) == HEAD and session.closed_sandboxes == 1
+    with pytest.raises(OwnershipError, match="already closed"):
+        first.take(owner)
+    assert second.close(owner) == LifecycleEvidence("start 2 failed on purpose")
+    assert session.open is None and session.waiting == []
+
+
 def test_a_failed_start_returns_its_evidence_to_its_owner(session):
     """C9: a start that fails cannot be taken; closing it hands its lifecycle evidence to its owner, once."""
     session.failing_starts = {1}

@@ -587,3 +587,21 @@ def wheel_bytes() -> bytes:
         archive.writestr("demo_app/__init__.py", "")
         archive.writestr("demo_app-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo-app\nVersion: 1.0\n")
     return buffer.getvalue()
+
+
+def test_each_case_sandbox_is_started_ahead_while_the_case_before_it_runs(tmp_path):
+    """Issue 14, E2, E6, C9: with one sandbox ahead, the next case's sandbox is started once the case before it
+    has its sandbox and before that case's op is sent; each case's op runs in a sandbox of its own with its own
+    report output; a start ahead that failed is started again for its case, which still runs and gets its
+    receipt; nothing is left open."""
+    session = FakeSession(tmp_path / "s", failing_starts={3}, ahead=1)
+    runs = service_for(session).run_cases(CASES, BINDING, READY)
+    assert session.events == [
+        ("start", 1), ("ahead", 2), ("run", 1),
+        ("take", 2), ("ahead", 3), ("run", 2),
+        ("take", 3), ("start", 4), ("run", 4),
+    ]
+    assert [run.case_id for run in runs] == ["c0", "c1", "c2"]
+    assert all(receipt.process is not None for receipt in receipts(session).values())
+    assert [op.write for op in session.ops] == [["junit-0"], [], []]
+    assert session.open is None and session.waiting == [] and session.closed_sandboxes == 3

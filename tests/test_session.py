@@ -312,7 +312,7 @@ def test_an_output_is_filled_sealed_and_reused_read_only(steward, state_path):
     fill = session.run(["/bin/sh", "-c", "mkdir /out/wheels/d && printf abc > /out/wheels/d/a.whl && chmod 4755 /out/wheels/d/a.whl"],
                        env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
     assert fill.exit_code == 0, fill.observation.stderr
-    with pytest.raises(Refused, match="still mounted in the open sandbox"):
+    with pytest.raises(Refused, match="still mounted in a live sandbox"):
         session.seal_output("wheels")
     session.close_sandbox()
     sealed = session.seal_output("wheels")

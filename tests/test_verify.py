@@ -25,6 +25,7 @@ from executor.cli.commands.demo import DEMO_INSTALLER, DESIGNED, DESIGNED_VERDIC
 from executor.evidence.receipts import receipt_from_bytes
 from journal.errors import Refused
 from journal.reader import read_journal
+from steward.api import ahead_for_host
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -212,6 +213,29 @@ def test_two_installs_of_the_same_wheels_are_one_runner_tree(demo, world, casebo
         bundle = re.search(r"^bundle: (\S+)", again.stdout.decode(), re.M)
         if bundle:
             shutil.rmtree(os.path.dirname(bundle.group(1)))
+
+
+@pytest.mark.root
+@pytest.mark.skipif(ahead_for_host() == 0, reason="a host with one core starts no sandbox ahead")
+def test_the_demo_starts_each_case_sandbox_while_the_case_before_it_runs(demo):
+    """Issue 14 through the real verify: after the first case, each case's sandbox was started (its launcher's
+    PROCESS_INTENT) before the op of the case before it was (its PROCESS_INTENT), so it comes to READY while
+    that op runs; and still every receipt names an op of a sandbox of its own, which no other receipt names."""
+    evidence = pathlib.Path(value(demo[0].stdout.decode(), "evidence"))
+    reading = read_journal((evidence / "journal").read_bytes())
+    position = {(record.kind.name, record.fields.get("op_id")): n for n, record in enumerate(reading.records)}
+    ran = sorted(
+        (position[("PROCESS_INTENT", receipt.process.op_id)], receipt.process.op_id)
+        for receipt in (receipt_from_bytes(path.read_bytes()) for path in evidence.glob("*.receipt.json"))
+        if receipt.process is not None
+    )
+    sandboxes = [op_id.rsplit(".", 1)[0] for _, op_id in ran]
+    assert len(ran) >= 3 and len(set(sandboxes)) == len(sandboxes)
+    early = [
+        position[("PROCESS_INTENT", f"{sandbox}.launcher")] < started
+        for (started, _), sandbox in zip(ran, sandboxes[1:])
+    ]
+    assert all(early), early
 
 
 @pytest.mark.root

@@ -15,6 +15,10 @@ sees what the first one got.
   to run ops, then closed; closed untaken, it is shut down. A failed start
   can only be closed, and closing it hands its lifecycle evidence (the
   starter's sentence) back to its owner.
+- :class:`Ahead`: a sandbox started ahead of its op (it comes to READY while
+  the open one runs). Taking it waits for READY and gives its owner the
+  :class:`Started` or :class:`StartFailed`; closed untaken, it is shut down
+  like a READY sandbox, or its failure handed back.
 - :class:`Gate`: the session's two start rights, each handed out once: the
   case service alone starts sandboxes (extraction, install, cases), the
   dependency preparer alone starts resolvers (resolve and fetch).
@@ -197,9 +201,27 @@ class Starter:
     ) -> Started | StartFailed:
         if (network != LOOPBACK or index is not None) and self.role != PREPARER:
             raise OwnershipError(f"the {self.role} starts sandboxes with loopback only, never the {network} network")
-        read = [*self.always, *(name for name in read if name not in self.always)]
+        read = self._with_always(read)
+        return self._outcome(
+            lambda: self.session.start_sandbox(read=read, write=list(write), limits=limits, network=network, index=index),
+            read, write,
+        )
+
+    def start_ahead(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits()) -> "Ahead | StartFailed":
+        """A loopback sandbox that comes to READY while the caller goes on (the open sandbox runs its op)."""
+        read = self._with_always(read)
         try:
-            ready = self.session.start_sandbox(read=read, write=list(write), limits=limits, network=network, index=index)
+            self.session.start_ahead(read=read, write=list(write), limits=limits)
+        except SandboxFailure as failure:
+            return StartFailed(self.owner, str(failure))
+        return Ahead(self, read, write)
+
+    def _with_always(self, read: Sequence[str]) -> list[str]:
+        return [*self.always, *(name for name in read if name not in self.always)]
+
+    def _outcome(self, start, read: Sequence[str], write: Sequence[str]) -> Started | StartFailed:
+        try:
+            ready = start()
         except SandboxFailure as failure:
             return StartFailed(self.owner, str(failure))
         if self.started is not None:
@@ -208,19 +230,50 @@ class Starter:
 
     def run_one(
         self, argv: Sequence[str], *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits(),
-        network: str = LOOPBACK, index: str | None = None, **op,
+        network: str = LOOPBACK, index: str | None = None, ahead: "Ahead | None" = None, when_ready=None, **op,
     ) -> OpOutcome | LifecycleEvidence:
-        """Start a sandbox, take it, run one op, close it: the op's outcome, or the lifecycle evidence of a failure."""
-        outcome = self.start(read=read, write=write, limits=limits, network=network, index=index)
+        """Start a sandbox, take it, run one op, close it: the op's outcome, or the lifecycle evidence of a failure.
+
+        ``ahead``: the sandbox started ahead for this op (the same read, write and limits); when its start
+        failed, a fresh one is started here, so a start that overlapped another case's op never costs this
+        op its sandbox. ``when_ready`` is called once the sandbox is taken, before its op is sent: where the
+        caller starts the next sandboxes ahead.
+        """
+        outcome = None
+        if ahead is not None:
+            outcome = ahead.take(self.owner)
+            if isinstance(outcome, StartFailed):
+                outcome.close(self.owner)
+                outcome = None
+        if outcome is None:
+            outcome = self.start(read=read, write=write, limits=limits, network=network, index=index)
         if isinstance(outcome, StartFailed):
             return outcome.close(self.owner)
         running = outcome.take(self.owner)
         try:
-            return running.run(argv, **op)
-        except SandboxFailure as failure:
-            return LifecycleEvidence(str(failure))
+            if when_ready is not None:
+                when_ready()
+            try:
+                return running.run(argv, **op)
+            except SandboxFailure as failure:
+                return LifecycleEvidence(str(failure))
         finally:
             running.close()
+
+
+class Ahead(CloseOnce):
+    """A sandbox started ahead: taken, the :class:`Started` or :class:`StartFailed` of its start, once READY."""
+
+    def __init__(self, starter: Starter, read: Sequence[str], write: Sequence[str]) -> None:
+        super().__init__("a sandbox started ahead", starter.owner)
+        self.starter = starter
+        self.read, self.write = tuple(read), tuple(write)
+
+    def _taken(self) -> Started | StartFailed:
+        return self.starter._outcome(self.starter.session.take_sandbox, self.read, self.write)
+
+    def _closed(self) -> str | LifecycleEvidence:
+        return self._taken().close(self.starter.owner)
 
 
 def failure_of(result: OpOutcome | LifecycleEvidence) -> str | None:

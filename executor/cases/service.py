@@ -32,6 +32,7 @@ reports them N/A (docs/receipts.md).
 
 from __future__ import annotations
 
+import collections
 import configparser
 import dataclasses
 import os
@@ -42,7 +43,7 @@ from executor.environ import SANDBOX_ENV
 from executor.inside import BOOT
 from executor.evidence.junit import MISSING, REFUSED, REPORT_NAME, PytestEvidence, Report, report_from_directory
 from executor.transport.manifest import wheel_project
-from executor.cases.ownership import CASE_SERVICE, Gate, LifecycleEvidence, failure_of
+from executor.cases.ownership import CASE_SERVICE, Ahead, Gate, LifecycleEvidence, StartFailed, failure_of
 from executor.plan import KIB, Case, Plan
 from executor.deps.preparer import DEPS, Dependencies, install_argv
 from executor.evidence.receipts import (
@@ -67,6 +68,7 @@ from journal.errors import Refused
 from journal.files import read_evidence
 from launcher.protocol import MAX_OUTPUT_CAP
 from steward.api import MIB, Limits, OpOutcome, Sealed
+from steward.failure import SandboxFailure
 
 CANDIDATE = "candidate"
 SITE = "site"
@@ -242,7 +244,10 @@ class CaseService:
         self.progress = progress
         # Told of each case as soon as its receipt is stored (the progress lines of executor/cli/reporting.py).
         self.finished = finished
-        self.head = session.info().head
+        opened = session.info()
+        self.head = opened.head
+        # How many case sandboxes are started ahead of their ops while the case before them runs.
+        self.ahead = opened.ahead
 
     def __repr__(self) -> str:
         return CASE_SERVICE
@@ -356,7 +361,13 @@ class CaseService:
     # -- cases --------------------------------------------------------------------------------------
 
     def run_cases(self, cases: Sequence[tuple[int, Case]], binding: Binding, trees: Trees) -> list[CaseRun]:
-        """Every applicable case of ``cases`` (plan index, case), each with its receipt; none stops the others (E6)."""
+        """Every applicable case of ``cases`` (plan index, case), each with its receipt; none stops the others (E6).
+
+        Each case has a fresh sandbox of its own; the next ones (``ahead``) are started while a case's op
+        runs, each with its own launcher, rendezvous, records and report output (docs/pipeline.md).
+        """
+        runnable = [(index, case) for index, case in cases if case.applicable and trees.blocking(case) is None]
+        pipeline = _CasePipeline(self, runnable)
         runs = []
         for index, case in cases:
             if not case.applicable:
@@ -365,7 +376,7 @@ class CaseService:
             if blocked is not None:
                 run, output = self._never_ran(case, binding, blocked.step, None), None
             else:
-                run, output = self._run_case(index, case, binding, trees)
+                run, output = self._run_case(case, binding, trees, pipeline)
             if output is not None:
                 for name, data in output.files(binding.attempt_id, case.id).items():
                     self.session.publish(name, data)
@@ -379,19 +390,26 @@ class CaseService:
         pytest = PytestEvidence(MISSING, None) if case.op == "pytest" else None
         return CaseRun(case.id, build_receipt(binding, case.id, None, never_started(step), pytest, self.head), sentence)
 
-    def _run_case(self, index: int, case: Case, binding: Binding, trees: Trees) -> tuple[CaseRun, CaseOutput | None]:
+    def _case_start(self, index: int, case: Case) -> "_CaseStart":
+        """What a case's sandbox is started with; its report output (a pytest case) is made here."""
         report = report_output(index) if case.op == "pytest" else None
         write = []
         if report is not None:
             self.session.create_output(report, max_bytes=max(REPORT_OUTPUT_BYTES, self.plan.junit.max_bytes + MIB), max_inodes=16)
             write.append(report)
-        argv = case_argv(self.runtime.interpreter, case, f"/out/{report}/{REPORT_NAME}" if report else None, trees.plugins)
         read = [SITE, self.verifier] + ([RUNNER] if case.op == "pytest" else [])
+        return _CaseStart(report, read, write, case_limits(case))
+
+    def _run_case(self, case: Case, binding: Binding, trees: Trees, pipeline: "_CasePipeline") -> tuple[CaseRun, CaseOutput | None]:
+        start = pipeline.start_of(case)
+        report = start.report
+        argv = case_argv(self.runtime.interpreter, case, f"/out/{report}/{REPORT_NAME}" if report else None, trees.plugins)
         cwd = f"/cap/{VERIFIER}" if self.plan.mount is None else "/cap"
         output_cap = min(case.limits.output_kib * KIB, MAX_OUTPUT_CAP)
         result = self._observe(
             self.starter.run_one(
-                argv, read=read, write=write, limits=case_limits(case), env=case_env(self.runtime, case), cwd=cwd,
+                argv, read=start.read, write=start.write, limits=start.limits, ahead=start.ahead,
+                when_ready=pipeline.start_ahead, env=case_env(self.runtime, case), cwd=cwd,
                 timeout_ms=case.timeout_ms, stdout_cap=output_cap, stderr_cap=output_cap,
             )
         )
@@ -417,3 +435,48 @@ class CaseService:
             return report_from_directory(fd, cap=caps.max_bytes, max_testcases=caps.max_testcases)
         finally:
             os.close(fd)
+
+
+@dataclasses.dataclass
+class _CaseStart:
+    """One case's sandbox request, and the sandbox started ahead for it, if any."""
+
+    report: str | None
+    read: list[str]
+    write: list[str]
+    limits: Limits
+    ahead: Ahead | None = None
+
+
+class _CasePipeline:
+    """The runnable cases in plan order; each case's sandbox is started ahead while an earlier case's op runs,
+    at most ``service.ahead`` at once. Every case still gets a sandbox of its own, and a case's receipt
+    binds only its own op (E2, E6); one never taken is closed with the session (C9)."""
+
+    def __init__(self, service: CaseService, runnable: list[tuple[int, Case]]) -> None:
+        self.service = service
+        self.upcoming = collections.deque(runnable)
+        self.started: dict[str, _CaseStart] = {}
+
+    def start_of(self, case: Case) -> _CaseStart:
+        """The case's sandbox request: started ahead for it, or made now (the case is the next runnable one)."""
+        if case.id in self.started:
+            return self.started.pop(case.id)
+        index, _ = self.upcoming.popleft()
+        return self.service._case_start(index, case)
+
+    def start_ahead(self) -> None:
+        """While a case's sandbox is READY and its op not yet sent: start the next cases' sandboxes ahead."""
+        while len(self.started) < self.service.ahead and self.upcoming:
+            index, case = self.upcoming[0]
+            try:
+                start = self.service._case_start(index, case)
+            except SandboxFailure:
+                return  # the case's own start meets it again, where its receipt can say so
+            self.upcoming.popleft()
+            ahead = self.service.starter.start_ahead(read=start.read, write=start.write, limits=start.limits)
+            if isinstance(ahead, StartFailed):
+                ahead.close(self.service)  # the case gets a fresh start when it runs
+            else:
+                start.ahead = ahead
+            self.started[case.id] = start

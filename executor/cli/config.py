@@ -33,6 +33,12 @@ _BOUNDED = {
 MAX_FILE_HOSTS = 16
 
 
+def _ahead_for_host() -> int:
+    from steward.api import ahead_for_host
+
+    return ahead_for_host()
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     state_root: str = "/var/lib/casebox"
@@ -48,6 +54,8 @@ class Config:
     max_connections_per_uid: int = 8
     stop_seconds: int = 75
     index_file_hosts: tuple[str, ...] = ("files.pythonhosted.org:443",)
+    # How many sandboxes a session starts ahead of their ops (docs/launcher.md, "Started ahead").
+    sandboxes_ahead: int = dataclasses.field(default_factory=_ahead_for_host)
     source: str = "built-in defaults"
 
     def __post_init__(self) -> None:
@@ -100,6 +108,12 @@ def _check(name: str, value: object, where: str) -> object:
         if (type(value) is int and 0 <= value <= MAX_ID) or (type(value) is str and GROUP_NAME.match(value)):
             return value
         raise Refused(where, "must be a group name (a-z 0-9 _ -, at most 32) or a group id")
+    if name == "sandboxes_ahead":
+        from steward.api import MAX_AHEAD
+
+        if type(value) is not int or not 0 <= value <= MAX_AHEAD:
+            raise Refused(where, f"must be an integer from 0 to {MAX_AHEAD}")
+        return value
     if name == "index_file_hosts":
         from steward.forwarder import check_file_host
 

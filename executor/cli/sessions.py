@@ -40,7 +40,7 @@ def settings_from(config: Config) -> "Settings":
 
     return Settings(
         state_root=config.state_root, uid=config.sandbox_uid, gid=config.sandbox_gid, ids=config.sandbox_ids,
-        index_file_hosts=config.index_file_hosts,
+        index_file_hosts=config.index_file_hosts, ahead=config.sandboxes_ahead,
     )
 
 

@@ -13,7 +13,8 @@ cleanup, retirement and evaluation, in a fresh state root.
 - session_per_case: the case phase's wall time minus the ops' own, per case,
   against the bwrap run of sandbox_cold's anchor, measured in this run (goal:
   at most 4x); the line also gives ``sandbox_hot`` (one more op in a READY
-  sandbox), the floor of an op with no sandbox of its own.
+  sandbox), the floor of an op with no sandbox of its own, and the same
+  sessions with no sandbox started ahead (``none_ahead_ms``, sandboxes_ahead 0).
 
 Both lines carry the phase breakdown in ms.
 
@@ -88,14 +89,14 @@ def _inputs(directory: str) -> dict:
     return {"bundle": bundle, "sha256": sha256, "plan": plan, "index": index, "verifier_tree": verifier, "installer": installer}
 
 
-def _config(directory: str) -> configuration.Config:
+def _config(directory: str, ahead: int | None = None) -> configuration.Config:
     defaults = configuration.load()
     uid = int(os.environ.get("CASEBOX_TEST_UID", defaults.sandbox_uid))
     gid = int(os.environ.get("CASEBOX_TEST_GID", os.environ.get("CASEBOX_TEST_UID", defaults.sandbox_gid)))
-    return defaults.overridden(state_root=os.path.join(directory, "state"), sandbox_uid=uid, sandbox_gid=gid)
+    return defaults.overridden(state_root=os.path.join(directory, "state"), sandbox_uid=uid, sandbox_gid=gid, sandboxes_ahead=ahead)
 
 
-def _one(directory: str, inputs: dict, number: int, python: str | None = None) -> dict:
+def _one(directory: str, inputs: dict, number: int, python: str | None = None, ahead: int | None = None) -> dict:
     marks: list[tuple[str, float]] = []
 
     class Marks(Progress):
@@ -106,7 +107,7 @@ def _one(directory: str, inputs: dict, number: int, python: str | None = None) -
 
     start = time.perf_counter()
     attempt = Attempt(attempt_id=f"bench-{number}", evidence=os.path.join(directory, f"evidence-{number}"), python=python, **inputs)
-    verified = run_attempt(_config(directory), attempt, progress=progress)
+    verified = run_attempt(_config(directory, ahead), attempt, progress=progress)
     end = time.perf_counter()
     if verified.report.verdict != "PASS":
         raise SystemExit(f"session benchmark: the trivial plan was {verified.report.verdict}: {verified.notes}")
@@ -121,12 +122,12 @@ def _one(directory: str, inputs: dict, number: int, python: str | None = None) -
     return {"whole": end - start - ops, "per_case": (cases - ops) / CASES, "breakdown": breakdown}
 
 
-@functools.lru_cache(maxsize=2)
-def _measure(python: str | None = None) -> dict:
+@functools.lru_cache(maxsize=3)
+def _measure(python: str | None = None, ahead: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="casebox-bench-") as directory:
         inputs = _inputs(directory)
-        _one(directory, inputs, 0, python)
-        runs = [_one(directory, inputs, number, python) for number in range(1, REPEAT + 1)]
+        _one(directory, inputs, 0, python, ahead)
+        runs = [_one(directory, inputs, number, python, ahead) for number in range(1, REPEAT + 1)]
     middle = sorted(runs, key=lambda run: run["whole"])[len(runs) // 2]
     return {
         "whole": statistics.median(run["whole"] for run in runs),
@@ -148,8 +149,10 @@ def session_ten_trivial() -> dict:
 
 def session_per_case() -> dict:
     measured = _measure()
+    alone = _measure(ahead=0)
     return {"metric": "session_per_case", "value": round(measured["per_case"] * 1000, 2), "unit": "ms",
             "anchor": sandbox_bench.BWRAP_NAME, "anchor_value": round(sandbox_bench.bwrap_ms(), 2), "goal_ratio": 4,
+            "sandboxes_ahead": _config("/").sandboxes_ahead, "none_ahead_ms": round(alone["per_case"] * 1000, 2),
             "sandbox_hot_ms": sandbox_bench.sandbox_hot()["value"], "breakdown_ms": measured["breakdown"]}
 
 
