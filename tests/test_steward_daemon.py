@@ -38,8 +38,8 @@ def test_the_client_offers_exactly_the_in_process_session_calls():
     """One API: every public call of the in-process Session exists on RemoteSession with the same parameters."""
     import inspect
 
-    calls = {"info", "add_capability", "create_output", "start_sandbox", "run", "close_sandbox", "seal_output",
-             "open_output", "publish", "close", "abandon"}
+    calls = {"info", "add_capability", "create_output", "start_sandbox", "start_ahead", "take_sandbox", "run",
+             "close_sandbox", "seal_output", "open_output", "publish", "close", "abandon"}
     for name in calls:
         local, remote = inspect.signature(getattr(Session, name)), inspect.signature(getattr(RemoteSession, name))
         assert list(local.parameters) == list(remote.parameters), name
@@ -117,6 +117,28 @@ def _as_stranger(socket_path: str) -> str:
     os.close(read_end)
     os.waitpid(pid, 0)
     return answer
+
+
+def test_sandboxes_started_ahead_over_the_socket(tmp_path, sandbox_ids):
+    """START_AHEAD and TAKE: the daemon's session starts a sandbox on its own thread while the open one runs an
+    op, tells its depth in OPEN's reply (sandboxes_ahead), refuses one more than that, and retires the stage
+    VERIFIED with the sandbox it started ahead taken and closed."""
+    with running_daemon(tmp_path, sandbox_ids, settings="sandboxes_ahead = 1\n") as daemon:
+        session = client.connect(daemon.socket).open_session("attempt-ahead")
+        assert session.info().ahead == 1
+        first = session.start_sandbox()
+        second = session.start_ahead()
+        with pytest.raises(Refused, match="more than 1 sandboxes started ahead"):
+            session.start_ahead()
+        assert session.run(["/usr/bin/true"], env=ENV, timeout_ms=5000, stdout_cap=10, stderr_cap=10).exit_code == 0
+        session.close_sandbox()
+        taken = session.take_sandbox()
+        assert taken.sandbox == second != first.sandbox and taken.proof["seccomp"] == 2
+        outcome = session.run(["/usr/bin/true"], env=ENV, timeout_ms=5000, stdout_cap=10, stderr_cap=10)
+        assert outcome.sandbox == second and outcome.exit_code == 0
+        session.close_sandbox()
+        closed = session.close()
+        assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
 
 
 def test_a_client_with_the_wrong_uid_is_refused_and_the_refusal_logged(daemon):
