@@ -141,6 +141,22 @@ def test_sandboxes_started_ahead_over_the_socket(tmp_path, sandbox_ids):
         assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
 
 
+def test_sigterm_closes_a_sandbox_started_ahead_with_its_session(tmp_path, sandbox_ids):
+    """C9 when the daemon stops: a session with a sandbox open and one started ahead and never taken is retired
+    (SHUTDOWN) with both shut down by the steward, nothing of the dedicated ids left running."""
+    with running_daemon(tmp_path, sandbox_ids, settings="sandboxes_ahead = 1\n") as daemon:
+        session = client.connect(daemon.socket).open_session("attempt-stop")
+        session.start_sandbox()
+        waiting = session.start_ahead()
+        assert daemon.stop() == 0
+        reading = sealed_reading(daemon.state, session.stage_id)
+        terminal = [record.fields for record in reading.records
+                    if record.kind is Kind.PROCESS_TERMINAL and record.fields["op_id"] == f"{waiting}.init"]
+        assert [fields["reaper"] for fields in terminal] == ["steward"]
+        assert last_of(reading, Kind.RETIRED).fields["note"] == "session=SHUTDOWN diagnostic=SHUTDOWN"
+        assert processes_of(*sandbox_ids) == []
+
+
 def test_a_client_with_the_wrong_uid_is_refused_and_the_refusal_logged(daemon):
     """S2-style peer check: SO_PEERCRED against client_uids; the refusal names the uid and is logged."""
     os.chmod(daemon.socket, 0o666)
