@@ -296,7 +296,7 @@ class _Waiting:
 
 
 def _complete(sandbox, opened: list[int]) -> None:
-    """Bring a sandbox started ahead to READY; the descriptors its start opened are closed after it."""
+    """Bring a launched sandbox to READY; the descriptors its start opened are closed after it, either way."""
     try:
         sandbox.complete()
     finally:
@@ -490,13 +490,10 @@ class Session:
             raise Refused("sandbox", "is already open; close it before starting another")
         sandbox, opened = self._launch(read, write, limits, network, index)
         try:
-            sandbox.complete()
+            _complete(sandbox, opened)
         except BaseException:
             self._ended_sandbox(sandbox)
             raise
-        finally:
-            for fd in opened:
-                os.close(fd)
         self._open(sandbox)
         return self._ready()
 

@@ -241,12 +241,10 @@ class Sandbox:
 
     def complete(self) -> None:
         """The second half of :meth:`boot`: S6, stage 1's release, the rendezvous and the bootstrap, to READY."""
-        try:
-            self._failing_closed(self._complete)
-        finally:
-            self._close_boot_descriptors()
+        self._failing_closed(self._complete)
 
     def _failing_closed(self, step) -> None:
+        """Run one half of the boot; on any failure, the boot's descriptors closed and the sandbox torn down."""
         try:
             step()
         except BaseException as error:
@@ -275,10 +273,8 @@ class Sandbox:
 
     def _complete(self) -> None:
         self._release_stage_one()
-        try:
-            connection = self._accept(self.listener)
-        finally:
-            self._close_listener()
+        connection = self._accept(self.listener)
+        self._close_listener()
         self.channel = Channel(connection, protocol.STARTER)
         self._hello()
         trees = [
