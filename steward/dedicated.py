@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import psutil
+import os
 
 from journal.errors import Refused
 from steward.cgroups import sandbox_name
@@ -15,24 +15,51 @@ def processes_using(uid: int, gid: int) -> list[tuple[int, str]]:
 
 def processes_using_any(pairs) -> list[tuple[int, str]]:
     """(pid, name) of every live process using any (uid, gid) of ``pairs`` (a sandbox pool), in one scan."""
-    wanted_uids = {uid for uid, _ in pairs}
-    wanted_gids = {gid for _, gid in pairs}
+    # Compared as the decimal text procfs shows, so a process costs one read and no int().
+    wanted = {b"Uid": {str(uid).encode() for uid, _ in pairs}, b"Gid": {str(gid).encode() for _, gid in pairs}}
     found = []
-    # Only the ids are read for every process (one /proc/PID/status each); the
-    # name, which costs another read, only for a process that uses the pair.
-    for process in psutil.process_iter(["uids", "gids"]):
-        info = process.info
-        uids, gids = info.get("uids"), info.get("gids")
-        if (uids is not None and wanted_uids.intersection(uids)) or (gids is not None and wanted_gids.intersection(gids)):
-            found.append((process.pid, _name(process)))
+    # One read of /proc/PID/status per process: a third of what psutil's iteration costs (it builds a
+    # Process and reads stat too), and every sandbox pays it before its release.
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            status = _status(entry)
+            if status is not None and _uses(status, wanted):
+                found.append((int(entry), _name(status)))
     return found
 
 
-def _name(process: psutil.Process) -> str:
+_STATUS_BYTES = 4096  # Name, Uid and Gid are among its first ten lines, a few hundred bytes
+
+
+def _status(pid: str) -> bytes | None:
+    """The start of a process's /proc/PID/status, or None when the process is gone."""
     try:
-        return process.name() or "?"
-    except psutil.Error:
-        return "?"
+        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    try:
+        return os.read(fd, _STATUS_BYTES)
+    except ProcessLookupError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _uses(status: bytes, wanted: dict[bytes, set[bytes]]) -> bool:
+    """Whether the real, effective or saved id of a status line is wanted. A line that is not there or not
+    four ids counts as a use: S6 fails closed."""
+    for label, ids in wanted.items():
+        start = status.find(b"\n" + label + b":")
+        fields = status[start + 5 : status.find(b"\n", start + 1)].split() if start >= 0 else []
+        if len(fields) != 4 or not ids.isdisjoint(fields[:3]):
+            return True
+    return False
+
+
+def _name(status: bytes) -> str:
+    """The command name of the status's first line (``Name:\tsleep``); the kernel escapes it."""
+    line = status.partition(b"\n")[0]
+    return line.removeprefix(b"Name:").strip().decode("utf-8", "replace") or "?"
 
 
 _PF_EXITING = 0x4  # include/linux/sched.h

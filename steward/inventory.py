@@ -181,21 +181,25 @@ def mount_document(mountinfo: bytes, state_root: str, stage: str) -> dict:
 # Collectors: the thin shell that reads the host.
 
 def dedicated_processes(uid: int, gid: int) -> list[dict]:
-    """Every live process whose real, effective or saved UID or GID is the dedicated pair (psutil)."""
+    """Every live process whose real, effective or saved UID or GID is the dedicated pair (S6's own scan), with
+    its parent, state and ids as psutil reads them; one that exits meanwhile is gone, not listed."""
     import psutil
 
+    from steward.dedicated import processes_using
+
     found = []
-    for process in psutil.process_iter(["pid", "ppid", "uids", "gids", "status"]):
-        info = process.info
-        uids, gids = info.get("uids"), info.get("gids")
-        if (uids is not None and uid in tuple(uids)) or (gids is not None and gid in tuple(gids)):
-            found.append({
-                "pid": info["pid"],
-                "ppid": info.get("ppid") or 0,
-                "status": str(info.get("status") or "?"),
-                "uids": list(uids or ()),
-                "gids": list(gids or ()),
-            })
+    for pid, _ in processes_using(uid, gid):
+        try:
+            info = psutil.Process(pid).as_dict(["ppid", "uids", "gids", "status"])
+        except psutil.NoSuchProcess:
+            continue
+        found.append({
+            "pid": pid,
+            "ppid": info.get("ppid") or 0,
+            "status": str(info.get("status") or "?"),
+            "uids": list(info.get("uids") or ()),
+            "gids": list(info.get("gids") or ()),
+        })
     return found
 
 
