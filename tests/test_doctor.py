@@ -11,10 +11,12 @@ import pytest
 from executor import VERSION
 from executor.cli import doctor
 from executor.cli.main import main
+from launcher import syscalls
+from steward import cgroups
 
 CHECKS = [
     "root", "open_tree", "mount_setattr", "pidfd_open", "memfd_seals", "renameat2", "namespaces", "dedicated_ids",
-    "cgroup_v2", "cgroup_controllers", "seccomp_filter", "oom_exemption", "python_prctl", "launcher_runtime",
+    "cgroup_v2", "cgroup_controllers", "clone_into_cgroup", "seccomp_filter", "oom_exemption", "python_prctl", "launcher_runtime",
     "launcher_source",
 ]
 
@@ -40,7 +42,9 @@ def test_this_host_passes_every_required_check(capsys, sandbox_ids, tmp_path):
     assert report["schema"] == "casebox.doctor.v1"
     assert [check["check"] for check in report["checks"]] == CHECKS
     required = {check["check"]: check for check in report["checks"] if check["required"]}
-    assert set(required) == set(CHECKS) - {"cgroup_v2", "oom_exemption", "launcher_source"}
+    hierarchy = cgroups.detect()
+    only_on_v2 = set() if hierarchy is not None and hierarchy.version == 2 else {"clone_into_cgroup"}
+    assert set(required) == set(CHECKS) - {"cgroup_v2", "oom_exemption", "launcher_source"} - only_on_v2
     assert all(check["status"] == "PASS" for check in required.values()), required
     assert report["configuration"]["sandbox_uid"] == sandbox_ids[0]
     assert report["configuration"]["state_root"] == f"{tmp_path}/state"
@@ -116,6 +120,26 @@ def test_the_memory_controllers_and_the_shipped_filter_are_required(monkeypatch)
     monkeypatch.setitem(seccomp.SHIPPED_DIGESTS, seccomp.syscalls.MACHINE, frozenset({"0" * 64}))
     check = doctor.check_seccomp()
     assert (check.status, check.required) == ("FAIL", True) and "not the shipped" in check.detail
+
+
+def test_clone_into_cgroup_is_probed_and_required_on_cgroup_v2(monkeypatch):
+    """S10 on cgroup v2: every sandbox's pid 1 is cloned into its cgroup, so a kernel without CLONE_INTO_CGROUP
+    (before 5.7) fails the host there, with the version to get; elsewhere it is reported, not required. The
+    probe is the real clone3: this kernel knows the flag."""
+    real = doctor.check_clone_into_cgroup()
+    assert real.passed, real.detail
+    monkeypatch.setattr(cgroups, "detect", lambda: cgroups.Hierarchy(2, "/sys/fs/cgroup", "/sys/fs/cgroup"))
+    assert doctor.check_clone_into_cgroup() == doctor.Check("clone_into_cgroup", True, True, real.detail.split(" (")[0])
+
+    def old_kernel(flags, cgroup_fd):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(syscalls, "clone_into_cgroup", old_kernel)
+    check = doctor.check_clone_into_cgroup()
+    assert (check.status, check.required) == ("FAIL", True)
+    assert check.detail == "clone3 with CLONE_INTO_CGROUP failed (Invalid argument); casebox needs it on Linux 5.7 or later"
+    monkeypatch.setattr(cgroups, "detect", lambda: None)
+    assert doctor.check_clone_into_cgroup().required is False
 
 
 @pytest.mark.root

@@ -197,6 +197,33 @@ def check_memory_controller() -> Check:
     return Check("cgroup_controllers", True, True, f"{hierarchy.describe()} caps each sandbox's ops in a cgroup of their own")
 
 
+def check_clone_into_cgroup() -> Check:
+    """S10 on cgroup v2: stage 1 clones each sandbox's pid 1 straight into its cgroup (clone3 with
+    CLONE_INTO_CGROUP), so there it is required; a kernel before 5.7 refuses every sandbox."""
+    hierarchy = cgroups.detect()
+    required = hierarchy is not None and hierarchy.version == 2
+
+    def probe() -> None:
+        # A descriptor that is no cgroup directory: a kernel that knows the flag refuses it (EBADF) before any
+        # child exists; one that does not refuses the flag (EINVAL), or clone3 itself (ENOSYS).
+        not_a_cgroup = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            child = sc.clone_into_cgroup(0, not_a_cgroup)
+        except OSError as error:
+            if error.errno != errno.EBADF:
+                raise
+            return
+        if child == 0:
+            os._exit(0)
+        os.waitpid(child, 0)
+        raise OSError(errno.EINVAL, "clone3 took a descriptor that is no cgroup directory")
+
+    check = _probe("clone_into_cgroup", "clone3 with CLONE_INTO_CGROUP", "5.7", probe, "clone3 can start a process inside a cgroup")
+    if required:
+        return check
+    return dataclasses.replace(check, required=False, detail=f"{check.detail} (not used: this host has no cgroup v2 controllers)")
+
+
 def check_seccomp() -> Check:
     """S12: libseccomp builds the shipped filter here, and the kernel reports filters."""
     from launcher import seccomp
@@ -269,6 +296,7 @@ def run_checks(state_root: str, pool: tuple[tuple[int, int], ...]) -> list[Check
         check_dedicated(pool),
         check_cgroups(),
         check_memory_controller(),
+        check_clone_into_cgroup(),
         check_seccomp(),
         check_oom_exemption(),
         check_prctl(),
