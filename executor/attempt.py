@@ -51,6 +51,7 @@ from executor.shard import cases_for_shard
 from executor.scratch import Scratch, remove_abandoned
 from journal.errors import Refused
 from journal.format import RESERVE_START
+from steward.api import RUNTIME_CHANGED
 from steward.failure import SandboxFailure
 
 # A stage's journal holds RESERVE_START bytes before the retirement reserve (J2). Measured on the demo
@@ -404,8 +405,8 @@ def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index
             closed = session.close(evidence_fd)
         else:
             # Its receipts name the runtime as it was: the stage retires without exporting them.
-            notes.append(f"{changed}; the stage is abandoned and its receipts are not exported, so no case is judged")
-            closed = session.abandon()
+            notes.append(f"{changed}; the stage is ended as RUNTIME_CHANGED and its receipts are not exported, so no case is judged")
+            closed = session.end(RUNTIME_CHANGED)
     except BaseException as error:
         if not closing:
             # Clean up and retire all the same, then report what went wrong: INTERRUPTED for Ctrl-C or

@@ -22,6 +22,10 @@ from journal.strictjson import MAX_SAFE_INTEGER, StrictJSONError, child_path
 from launcher.protocol import MESSAGES
 
 MIB = 1 << 20
+# The one end without CLOSE a client may ask for itself (END): its receipts name a case runtime that changed
+# under them (docs/pipeline.md, "The runtime"), so nothing is exported and the tombstone says why.
+RUNTIME_CHANGED = "RUNTIME_CHANGED"
+CLIENT_ENDINGS = (RUNTIME_CHANGED,)
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}\Z")
 NAME_RULE = "must be a name: 1 to 40 of a-z 0-9 _ -, starting with a letter or digit"
 MAX_OUTPUT = 256 << 10

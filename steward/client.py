@@ -150,6 +150,15 @@ class RemoteSession:
         except OSError:
             pass  # already closed: the session has ended
 
+    def end(self, ending: str) -> api.Closed:
+        """End the session without exporting anything, for a reason of the client's (api.CLIENT_ENDINGS): the
+        daemon cleans up and retires the stage as UNVERIFIED, that reason its diagnostic."""
+        fields, _ = self._call("END", {"ending": ending})
+        closed = api.Closed.from_wire(fields)
+        self.ended = True
+        self._endpoint.sock.close()
+        return closed
+
     def abandon(self) -> None:
         """Go away without CLOSE: the daemon cleans up and retires the stage as UNVERIFIED (if it has not already)."""
         self.ended = True

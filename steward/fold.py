@@ -38,6 +38,7 @@ PRIORITY: tuple[tuple[str, str], ...] = (
     ("OUTER_UNPROVEN", "an outer process group was not proved absent (C3)"),
     ("CLEANUP_UNVERIFIED", "the cleanup evidence is UNVERIFIED, or there is none (C4)"),
     ("INTERRUPTED", "the client was interrupted and retired the session on its way out; its sandboxes were killed"),
+    ("RUNTIME_CHANGED", "the case runtime changed during the session, so its client ended it without exporting the receipts"),
     ("SESSION_ABANDONED", "the client went away before closing its session"),
     ("SESSION_IDLE", "the client sent nothing for the daemon's idle timeout; the daemon ended its session"),
     ("SHUTDOWN", "the daemon was stopped mid-session; it ended the running op and retired the session"),
@@ -47,7 +48,7 @@ PRIORITY: tuple[tuple[str, str], ...] = (
 CODES = tuple(code for code, _ in PRIORITY)
 SESSION_ENDINGS = {
     "CLOSED": None, "ABANDONED": "SESSION_ABANDONED", "IDLE": "SESSION_IDLE", "SHUTDOWN": "SHUTDOWN",
-    "INTERRUPTED": "INTERRUPTED", "RECOVERED": "SESSION_RECOVERED",
+    "INTERRUPTED": "INTERRUPTED", "RUNTIME_CHANGED": "RUNTIME_CHANGED", "RECOVERED": "SESSION_RECOVERED",
 }
 _HELPER_FAILURES = {
     "UNREAPED": "HELPER_UNREAPED",

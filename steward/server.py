@@ -300,7 +300,7 @@ class Connection:
         finally:
             for fd in reply_fds:
                 os.close(fd)
-        return message.type != "CLOSE"
+        return message.type not in ("CLOSE", "END")
 
     # Each handler returns (OK body, descriptors to send); descriptors it takes over it removes from ``fds``.
 
@@ -387,6 +387,16 @@ class Connection:
         closed = self.session.close(fds[0] if fds else None)
         self.outcome = "retired"
         log(f"{self.describe()} closed stage {closed.stage_id}: {closed.cleanup}, {closed.diagnostic}")
+        return closed.to_wire(), ()
+
+    def _do_end(self, fields: ClosedObject, fds: list[int]):
+        ending = fields.pop_str("ending", max_bytes=32)
+        fields.done()
+        if ending not in api.CLIENT_ENDINGS:
+            raise Refused("$.body.ending", f"must be one of {', '.join(api.CLIENT_ENDINGS)}")
+        closed = self.session.end(ending)
+        self.outcome = "retired"
+        log(f"{self.describe()} ended stage {closed.stage_id} as {ending}: {closed.cleanup}, {closed.diagnostic}")
         return closed.to_wire(), ()
 
 

@@ -51,7 +51,7 @@ EVIDENCE = "evidence"
 # Each capability is a descriptor the session holds until it ends; the daemon's descriptor budget counts them.
 MAX_CAPABILITIES = 32
 # How a session ends without its client's CLOSE (steward/fold.py gives each its diagnostic).
-ENDINGS = ("ABANDONED", "IDLE", "SHUTDOWN", "INTERRUPTED")
+ENDINGS = ("ABANDONED", "IDLE", "SHUTDOWN", "INTERRUPTED", api.RUNTIME_CHANGED)
 AFTER_STAGE_DIRECTORY = "after_stage_directory"
 AFTER_PROCESS_INTENT = "after_process_intent"
 AFTER_MOUNT_INTENT = "after_mount_intent"
@@ -695,8 +695,10 @@ class Session:
 
         ``ending`` is ABANDONED (the client went away), IDLE (it sent
         nothing for the daemon's idle timeout), SHUTDOWN (the daemon
-        stopped) or INTERRUPTED (an embedded client was interrupted);
-        steward/fold.py gives each its diagnostic.
+        stopped), INTERRUPTED (an embedded client was interrupted) or
+        RUNTIME_CHANGED (the client found the case runtime changed under its
+        receipts, and asked for this end: api.CLIENT_ENDINGS); steward/fold.py
+        gives each its diagnostic.
         """
         if ending not in ENDINGS:
             raise ValueError(f"{ending!r} is not one of {ENDINGS}")

@@ -40,6 +40,7 @@ REQUESTS = {
     "OPEN_OUTPUT": (0,),
     "PUBLISH": (0,),
     "CLOSE": (0, 1),
+    "END": (0,),
 }
 # reply type: the descriptor counts it may carry (only OK to OPEN_OUTPUT carries one)
 REPLIES = {"OK": (0, 1), "REFUSED": (0,), "FAILED": (0,)}

@@ -15,6 +15,7 @@ import pathlib
 import subprocess
 
 import pytest
+from journal.reader import read_journal
 from test_hostile_candidates import calc, status, verify
 from test_verify import EXAMPLES, value
 
@@ -189,7 +190,7 @@ SLOW_MAIN = "import sys, time\ntime.sleep(3)\nprint(int(sys.argv[1]) + int(sys.a
 def test_a_runtime_changed_during_the_attempt_makes_it_unverified(world, casebox, tmp_path):
     """Issue 18: the runtime's tree is listed again before the stage retires; a file added to its lib while the
     case runs makes the attempt UNVERIFIED (its receipts are not exported), whatever the case did. Without the
-    check the honest case is PASS."""
+    check the honest case is PASS. C7: the stage's diagnostic is RUNTIME_CHANGED."""
     from executor.transport import pack
 
     base, config = world
@@ -217,6 +218,10 @@ def test_a_runtime_changed_during_the_attempt_makes_it_unverified(world, casebox
     assert process.wait(timeout=300) == 3, stdout + "".join(progress)
     assert "changed during the attempt (first at lib/" in stdout and status(stdout) == ("UNVERIFIED", "missing"), stdout
     assert list((tmp_path / "evidence").iterdir()) == []
+    # The tombstone says why nothing was exported, not that the client went away.
+    (tombstone,) = [line.removeprefix("tombstone: ") for line in stdout.splitlines() if line.startswith("tombstone: ")]
+    retired = read_journal(pathlib.Path(tombstone, "journal").read_bytes()).records[-1]
+    assert retired.fields["note"] == "session=RUNTIME_CHANGED diagnostic=RUNTIME_CHANGED"
 
 
 @pytest.mark.parametrize("path, mountable", [

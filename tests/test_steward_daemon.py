@@ -182,6 +182,26 @@ def test_a_client_that_disconnects_mid_session_is_cleaned_up_and_retired_unverif
     assert processes_of(*sandbox_ids) == []
 
 
+def test_a_client_ends_its_session_as_runtime_changed_and_no_other_way(daemon, sandbox_ids):
+    """C7 over the socket: END retires the stage UNVERIFIED with the one ending a client may give itself,
+    RUNTIME_CHANGED, as the tombstone's diagnostic; an ending that is the daemon's (SHUTDOWN, IDLE) or CLOSED is
+    refused and the session goes on, so no client makes its tombstone blame the daemon or claim a close."""
+    session = client.connect(daemon.socket).open_session("attempt-1")
+    session.start_sandbox()
+    session.run(TRUE, env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
+    for forged in ("SHUTDOWN", "IDLE", "CLOSED", "ABANDONED"):
+        with pytest.raises(Refused) as refused:
+            session.end(forged)
+        assert refused.value.sentence() == "$.body.ending: must be one of RUNTIME_CHANGED."
+    session.close_sandbox()
+    closed = session.end("RUNTIME_CHANGED")
+    assert (closed.cleanup, closed.diagnostic, closed.exported) == ("UNVERIFIED", "RUNTIME_CHANGED", ())
+    reading = sealed_reading(daemon.state, session.stage_id)
+    assert last_of(reading, Kind.CLEANUP_EVIDENCE).fields["outcome"] == "UNVERIFIED"
+    assert last_of(reading, Kind.RETIRED).fields["note"] == "session=RUNTIME_CHANGED diagnostic=RUNTIME_CHANGED"
+    assert processes_of(*sandbox_ids) == []
+
+
 def test_a_client_that_breaks_the_protocol_abandons_its_session(daemon):
     """An out-of-sequence message ends the connection; the session is retired as abandoned."""
     connection = client.connect(daemon.socket)
