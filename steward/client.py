@@ -64,8 +64,7 @@ class RemoteSession:
             return _call(self._endpoint, kind, body, fds=fds, expect_fd=expect_fd)
         except SessionEnded as ended:
             self._ended_by_steward = ended
-            self.ended = True
-            self._endpoint.sock.close()
+            self._hang_up()
             raise
 
     def add_capability(self, name: str, fd: int, mount: str | None = None) -> None:
@@ -137,10 +136,7 @@ class RemoteSession:
 
     def close(self, evidence_fd: int | None = None) -> api.Closed:
         fields, _ = self._call("CLOSE", {}, fds=() if evidence_fd is None else (evidence_fd,))
-        closed = api.Closed.from_wire(fields)
-        self.ended = True
-        self._endpoint.sock.close()
-        return closed
+        return self._finished(fields)
 
     def halt(self) -> None:
         """Interrupted, from another thread: shut the connection down, which ends the call waiting on it. The
@@ -154,13 +150,19 @@ class RemoteSession:
         """End the session without exporting anything, for a reason of the client's (api.CLIENT_ENDINGS): the
         daemon cleans up and retires the stage as UNVERIFIED, that reason its diagnostic."""
         fields, _ = self._call("END", {"ending": ending})
+        return self._finished(fields)
+
+    def _finished(self, fields: ClosedObject) -> api.Closed:
+        """The daemon's answer to the session's last request; the connection ends with it."""
         closed = api.Closed.from_wire(fields)
-        self.ended = True
-        self._endpoint.sock.close()
+        self._hang_up()
         return closed
 
     def abandon(self) -> None:
         """Go away without CLOSE: the daemon cleans up and retires the stage as UNVERIFIED (if it has not already)."""
+        self._hang_up()
+
+    def _hang_up(self) -> None:
         self.ended = True
         self._endpoint.sock.close()
 

@@ -50,7 +50,7 @@ def _uses(status: bytes, wanted: dict[bytes, set[bytes]]) -> bool:
     four ids counts as a use: S6 fails closed."""
     for label, ids in wanted.items():
         start = status.find(b"\n" + label + b":")
-        fields = status[start + 5 : status.find(b"\n", start + 1)].split() if start >= 0 else []
+        fields = status[start + len(label) + 2 : status.find(b"\n", start + 1)].split() if start >= 0 else []
         if len(fields) != 4 or not ids.isdisjoint(fields[:3]):
             return True
     return False
