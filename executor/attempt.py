@@ -41,7 +41,7 @@ from executor.cli.config import Config
 from executor.evidence.evaluate import Expected, Report, evaluate
 from executor.cli.frontend import InternalFailure
 from executor.inputs import read_capped
-from executor.inside import LIBRARIES, MODULES
+from executor.inside import LIBRARIES, modules
 from executor.cases.ownership import CASE_SERVICE, PREPARER, DirectoryCapability, Gate
 from executor.plan import PLAN_MAX_BYTES, Case, Plan, plan_from_bytes
 from executor.deps.preparer import DEPS, Preparer, Unresolved
@@ -163,7 +163,7 @@ def _tools() -> dict[str, bytes]:
     (executor/inside.py)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(executor.__file__)))
     files = {}
-    for relative in MODULES:
+    for relative in modules():
         with open(os.path.join(root, relative), "rb") as file:
             files[relative] = file.read()
     for library in LIBRARIES:

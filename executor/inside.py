@@ -3,7 +3,7 @@ installer.
 
 The case service and the dependency preparer run them as ops of a sandbox, as
 the dedicated UID (DESIGN T4, step 4), with exactly the files of
-:data:`MODULES` copied into a read-only capability mounted at ``/cap/tools``::
+:func:`modules` copied into a read-only capability mounted at ``/cap/tools``::
 
     RUNTIME -I -S -B -c BOOT extract /cap/bundle/candidate.tar /out/candidate
     RUNTIME -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate /cap/index|URL|- PROXY|-
@@ -21,17 +21,24 @@ import os
 import sys
 from typing import Sequence
 
-from executor.transport.extract import SANDBOX_MODULES as EXTRACTOR_MODULES
 from executor.cli.frontend import EXIT_REFUSED
-from executor.deps.resolver import NO_PROXY
-from executor.deps.resolver import SANDBOX_MODULES as RESOLVER_MODULES
 
 TOOLS = "/cap/tools"
-# Every casebox file the tools import: what the tools capability holds, with LIBRARIES, and nothing else.
-MODULES = tuple(sorted(set(EXTRACTOR_MODULES) | set(RESOLVER_MODULES) | {"executor/inside.py", "executor/deps/simpleindex.py"}))
 # Libraries the tools import, copied from casebox's own environment: their Python files only.
 LIBRARIES = ("installer",)
 BOOT = f"import sys; sys.path[:0] = [{TOOLS!r}]; from executor.inside import main; sys.exit(main(sys.argv[1:]))"
+
+
+def modules() -> tuple[str, ...]:
+    """Every casebox file the tools import: what the tools capability holds, with LIBRARIES, and nothing else.
+
+    Asked on the trusted side only. Each tool imports what it uses when it
+    runs, so an install or fetch op does not pay for the resolver's and the
+    extractor's imports (about 0.1 s of every op, issue 14)."""
+    from executor.deps.resolver import SANDBOX_MODULES as RESOLVER_MODULES
+    from executor.transport.extract import SANDBOX_MODULES as EXTRACTOR_MODULES
+
+    return tuple(sorted(set(EXTRACTOR_MODULES) | set(RESOLVER_MODULES) | {"executor/inside.py", "executor/deps/simpleindex.py"}))
 
 
 def _extract(archive: str, target: str) -> int:
@@ -42,8 +49,9 @@ def _extract(archive: str, target: str) -> int:
     return extract.main([str(archive_fd), str(target_fd)])
 
 
-def load_pip(wheel: str) -> None:
-    """pip's package, unpacked out of the installer ``wheel`` into a private /tmp directory, first on the path.
+def load_pip(wheel: str, parts: tuple[str, ...] = ("pip/",)) -> None:
+    """pip's package, unpacked out of the installer ``wheel`` into a private /tmp directory, first on the path;
+    only its members named by ``parts`` (names, or directory prefixes ending in ``/``).
 
     Run from the wheel as a zip, pip is compiled from source two or three
     times over (zipimport compiles a module to answer ``get_filename`` and
@@ -58,7 +66,7 @@ def load_pip(wheel: str) -> None:
 
     home = tempfile.mkdtemp(prefix="pip-")
     with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(home, [name for name in archive.namelist() if name.startswith("pip/")])
+        archive.extractall(home, [name for name in archive.namelist() if name.startswith(parts)])
     sys.path[:] = [home, *(entry for entry in sys.path if entry != TOOLS)]
 
 
@@ -102,7 +110,7 @@ def _fetch(acks: str, target: str, index: str, installer: str, proxy: str) -> in
     """Exactly the ACKed pins into ``target``: copied from a find-links index, or downloaded from a network index;
     each file created once and refused unless its bytes have the ACKed sha256."""
     from executor.deps import simpleindex
-    from executor.deps.protocol import LOCAL_INDEX, acks_from_bytes
+    from executor.deps.protocol import LOCAL_INDEX, NO_PROXY, acks_from_bytes
 
     with open(acks, "rb") as file:
         pins = acks_from_bytes(file.read())

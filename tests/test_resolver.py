@@ -31,10 +31,10 @@ PIP_WHEEL = sorted(EXAMPLES_INDEX.glob("pip-*.whl"))[-1]
 
 
 def _tools_boot(tmp_path: pathlib.Path) -> str:
-    """inside.BOOT over a copy of exactly inside.MODULES."""
+    """inside.BOOT over a copy of exactly inside.modules()."""
     tools = tmp_path / "tools"
     if not tools.exists():
-        for relative in inside.MODULES:
+        for relative in inside.modules():
             (tools / relative).parent.mkdir(parents=True, exist_ok=True)
             (tools / relative).write_bytes((REPO / relative).read_bytes())
     return inside.BOOT.replace(repr(inside.TOOLS), repr(str(tools)))
@@ -300,3 +300,42 @@ def test_pip_runs_from_its_package_unpacked_out_of_the_installer_wheel(tmp_path)
     line = shown.stdout.decode().strip()
     assert line.startswith(f"{version} {scratch}/pip-") and line.endswith("/pip/__init__.py"), line
     assert [path.name for path in scratch.iterdir() for path in path.iterdir()] == ["pip"]
+
+
+def test_a_candidate_that_only_states_requires_python_never_imports_pips_resolver(tmp_path, dirs):
+    """issue 14: with no runner and no Requires-Dist, Requires-Python is checked with pip's vendored packaging
+    alone: only that much of pip is unpacked, and its resolver and the guard that wraps it (most of a second
+    to import) are never loaded."""
+    candidate, index = dirs
+    wheel(candidate, "demo-app", "1.0", requires_python=">=3.8")
+    request = tmp_path / "request"
+    run_resolver(tmp_path, candidate, index)  # writes the request and the tools
+    boot = _tools_boot(tmp_path)
+    scratch = tmp_path / "own-scratch"
+    scratch.mkdir()
+    report = "import atexit, json, sys; atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr)); "
+    answer = subprocess.run(
+        [RUNTIME, "-I", "-S", "-B", "-c", report + boot, "resolve", str(request), str(candidate), str(index), "-"],
+        capture_output=True, env={"TMPDIR": str(scratch), "PIP_CONFIG_FILE": "/dev/null"}, timeout=180,
+    )
+    assert answer.returncode == 0, answer.stderr.decode()
+    found = [json.loads(line) for line in answer.stdout.splitlines()]
+    assert found[-1] == {**found[-1], "leaf": "END", "pins": 0}
+    loaded = json.loads(answer.stderr.decode().strip().splitlines()[-1])
+    assert "pip._vendor.packaging.specifiers" in loaded
+    assert not [module for module in loaded if module.startswith("pip._internal")], loaded
+    [home] = scratch.glob("pip-*")
+    assert sorted(path.name for path in (home / "pip").iterdir()) == ["__init__.py", "_vendor"]
+    assert sorted(path.name for path in (home / "pip" / "_vendor").iterdir()) == ["__init__.py", "packaging"]
+
+
+def test_the_tools_entry_point_imports_no_tool_it_does_not_run(tmp_path):
+    """issue 14: importing executor.inside, as every tool op does first, loads neither the resolver nor the
+    extractor (about 0.1 s of imports, the email parser among them), so an install or fetch op pays only for its own."""
+    tools = _tools_boot(tmp_path).split("sys.path[:0] = [", 1)[1].split("]", 1)[0]
+    code = f"import json, sys; sys.path[:0] = [{tools}]; import executor.inside; print(json.dumps(sorted(sys.modules)))"
+    shown = subprocess.run([RUNTIME, "-I", "-S", "-B", "-c", code], capture_output=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    loaded = set(json.loads(shown.stdout))
+    assert "executor.inside" in loaded
+    assert not loaded & {"executor.deps.resolver", "executor.deps.protocol", "executor.transport.extract", "email.parser"}

@@ -49,9 +49,8 @@ from typing import Callable, Sequence
 
 from executor.environ import SANDBOX_ENV
 from executor.inside import BOOT
-from executor.deps.resolver import NO_PROXY
 from executor.cases.ownership import PREPARER, Gate, failure_of
-from executor.deps.protocol import MAX_PINS, RUNNER, Abort, Acceptor, Failed, Pin, accept, acks_bytes, request_bytes
+from executor.deps.protocol import MAX_PINS, NO_PROXY, RUNNER, Abort, Acceptor, Failed, Pin, accept, acks_bytes, request_bytes
 from executor.cases.runtime import Runtime
 from executor.deps.shadowing import shadowed
 from executor.scratch import Scratch

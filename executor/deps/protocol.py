@@ -53,6 +53,8 @@ RUNNER, CANDIDATE = "runner", "candidate"
 TREES = (RUNNER, CANDIDATE)
 # Where the resolver and fetch sandboxes see a find-links index; a PIN from it names its file there.
 LOCAL_INDEX = "/cap/index"
+# The proxy argument of the resolve and fetch tools when they reach the index directly (no forwarder).
+NO_PROXY = "-"
 # Why the resolver itself gives up (a FAIL leaf).
 FAIL_REASONS = {
     "no_match": "no wheel of the index satisfies a requirement for this runtime",

@@ -21,8 +21,10 @@ pip is the installer wheel of the request, unpacked on the sandbox's /tmp
 2. **the candidate**: the candidate's wheels, given as files, against the
    same index, so each of its projects is the bundle's own and its
    dependencies come from the index. A candidate whose wheels require
-   nothing needs no resolution, and pip is not run for it; an attempt with
-   no runner and such a candidate does not even load pip.
+   nothing needs no resolution, and pip is not run for it. With no runner
+   either, pip's resolver is never imported: only its vendored
+   ``packaging``, to check a ``Requires-Python``, and not even that when no
+   wheel states one.
 
 Before either, each candidate wheel's ``*.dist-info/METADATA`` is read as data
 (the name and version must be the file name's) and every ``Requires-Dist``
@@ -55,7 +57,7 @@ from email.message import Message
 from typing import Iterator, Sequence
 
 from executor.transport.manifest import canonical_project, wheel_project
-from executor.deps.protocol import CANDIDATE, MAX_REQUIREMENT_BYTES, PROTOCOL, RUNNER, leaf, request_from_bytes
+from executor.deps.protocol import CANDIDATE, MAX_REQUIREMENT_BYTES, NO_PROXY, PROTOCOL, RUNNER, leaf, request_from_bytes
 from executor.deps.shadowing import modules
 
 SANDBOX_MODULES = (
@@ -74,7 +76,6 @@ SANDBOX_MODULES = (
     "journal/closed.py",
 )
 REQUEST = "request.json"
-NO_PROXY = "-"
 METADATA_MAX_BYTES = 1 << 20
 REPORT_MAX_BYTES = 16 << 20
 PIP_OPTIONS = (
@@ -171,11 +172,16 @@ class Candidate:
                 raise Failure("direct_url", f"{self.project} requires {canonical_project(requirement.name)} from a direct URL")
 
 
-def load_pip(wheel: str):
-    """pip, unpacked from the installer wheel (executor/inside.py); its vendored packaging, for the requirements."""
+# What of pip checking a Requires-Python needs; the whole package is some 75 ms more to unpack.
+PACKAGING_ONLY = ("pip/__init__.py", "pip/_vendor/__init__.py", "pip/_vendor/packaging/")
+
+
+def load_pip(wheel: str, *, resolving: bool):
+    """pip, unpacked from the installer wheel (executor/inside.py), all of it when it will ``resolve``; its
+    vendored packaging, for the requirements."""
     from executor.inside import load_pip as unpack
 
-    unpack(wheel)
+    unpack(wheel, ("pip/",) if resolving else PACKAGING_ONLY)
     import pip._vendor.packaging.requirements
     import pip._vendor.packaging.specifiers
 
@@ -351,10 +357,13 @@ def leaves(request, candidate_dir: str, index: list[str], installer: str, scratc
         if not request.runner and not any(wheel.requires or wheel.requires_python for wheel in wheels):
             yield leaf("END", seq, pins=0)
             return
-        packaging = load_pip(installer)
+        resolving = bool(request.runner) or any(wheel.requires for wheel in wheels)
+        packaging = load_pip(installer, resolving=resolving)
         for wheel in wheels:
             wheel.check_requirements(packaging)
-        guard_dependencies()
+        if resolving:
+            # Only pip's resolver needs its guard, and importing what it wraps is most of a second.
+            guard_dependencies()
         if request.runner:
             pins += [(RUNNER, *pin) for pin in resolve(list(request.runner), index, scratch=scratch, direct={})]
         if any(wheel.requires for wheel in wheels):
