@@ -18,7 +18,11 @@ environment. It answers the two requests of an HTTP proxy, one per
 connection:
 
 - ``CONNECT host:port`` (https): a tunnel of raw bytes; TLS stays end to end,
-  verified by the client against the installer's CA bundle;
+  verified by the client against the installer's CA bundle. Its first bytes
+  must be one TLS ClientHello asking for the tunnel's own host (no name for
+  an IP address, no Encrypted ClientHello): read whole before any byte is
+  carried (steward/client_hello.py), so no other site behind the same
+  addresses (a CDN's) is reached by a tunnel to an allowed one;
 - ``GET`` or ``HEAD http://host[:port]/path`` (http, absolute form): sent on
   in origin form with ``Host`` rewritten from the target (RFC 9112 §3.2.2),
   the hop-by-hop and proxy headers dropped and ``Connection: close``, then
@@ -60,6 +64,7 @@ from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from journal.errors import Refused
+from steward import client_hello
 
 FORWARDER_HOST = "127.0.0.1"
 FORWARDER_PORT = 3128
@@ -301,6 +306,54 @@ def _read_head(client: socket.socket) -> tuple[bytes, bytes]:
         data += chunk
 
 
+def check_server_name(host: str, port: int, name: str | None) -> None:
+    """The tunnel rule: a ClientHello asks for exactly the tunnel's own host, and for no name when that host is
+    an IP address (RFC 6066 §3 has no name for an address); :class:`Refusal` otherwise."""
+    literal = _is_address(host)
+    if literal and name is not None:
+        raise Refusal(403, f"the tunnel to {_shown(host, port)} asked TLS for server name {name!r}; an IP address has none")
+    if not literal and (name is None or normal_host(name) != host):
+        asked = "no server name" if name is None else f"server name {name!r}"
+        raise Refusal(403, f"the tunnel to {_shown(host, port)} asked TLS for {asked}, not its own host")
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+class _Incoming:
+    """What the client sends: first what was read with its request head, then from the socket."""
+
+    def __init__(self, client: socket.socket, buffered: bytes) -> None:
+        self.client = client
+        self.buffered = buffered
+
+    def exactly(self, count: int) -> bytes:
+        while len(self.buffered) < count:
+            chunk = self.client.recv(_CHUNK)
+            if not chunk:
+                raise ConnectionAbortedError("the client closed inside its ClientHello")
+            self.buffered += chunk
+        taken, self.buffered = self.buffered[:count], self.buffered[count:]
+        return taken
+
+
+def _checked_hello(client: socket.socket, rest: bytes, request: Request) -> bytes:
+    """The tunnel's first bytes, its ClientHello and whatever followed it, once the hello is read whole and asks
+    for the tunnel's own host (:func:`check_server_name`); :class:`Refusal` for anything else."""
+    incoming = _Incoming(client, rest)
+    try:
+        records, name = client_hello.read_hello(incoming.exactly)
+    except client_hello.NotClientHello as refusal:
+        raise Refusal(400, f"the tunnel to {_shown(request.host, request.port)} did not open with a ClientHello: {refusal.reason}") from None
+    check_server_name(request.host, request.port, name)
+    return records + incoming.buffered
+
+
 def _answer(client: socket.socket, status: int, reason: str) -> None:
     """A short error response: its reason phrase is the refusal's sentence (pip shows it)."""
     phrase = reason.encode("ascii", "replace").replace(b"\r", b" ").replace(b"\n", b" ")[:400]
@@ -459,22 +512,27 @@ class Forwarder:
 
     def _connection(self, client: socket.socket) -> None:
         upstream = None
+        tunnelled = False
         try:
             client.settimeout(HEAD_SECONDS)
             head, rest = _read_head(client)
             request = parse_request(head)
             addresses = self.destinations.addresses(request.host, request.port, self.resolve)
             upstream = self._connect(request, addresses)
-            client.settimeout(IDLE_SECONDS)
             if request.tunnel:
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                if rest:
-                    upstream.sendall(rest)
+                tunnelled = True
+                upstream.sendall(_checked_hello(client, rest, request))
             else:
                 upstream.sendall(request.head)
+            client.settimeout(IDLE_SECONDS)
             _relay(client, upstream, tunnel=request.tunnel)
         except Refusal as refusal:
-            self._refuse(client, refusal)
+            if tunnelled:
+                # Past the 200 the client speaks TLS to the host: no HTTP answer, the tunnel is closed.
+                self.log(f"forwarder of sandbox {self.name} closed a tunnel: {refusal.reason}")
+            else:
+                self._refuse(client, refusal)
         except OSError:
             pass
         finally:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
 
 import pytest
 from index_support import IndexServer, Listener, build_simple
+from test_client_hello import real_hello
 from wheelforge import wheel
 
 from journal.errors import Refused
@@ -194,11 +196,13 @@ def forwarding(destinations: Destinations, resolve=socket.getaddrinfo):
         forwarder.close()
 
 
-def exchange(proxy: str, data: bytes) -> bytes:
-    """Send ``data`` to the forwarder and read until it closes."""
+def exchange(proxy: str, data: bytes, *, stop_sending: bool = False) -> bytes:
+    """Send ``data`` to the forwarder (then shut the sending side when ``stop_sending``) and read until it closes."""
     host, port = proxy.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as connection:
         connection.sendall(data)
+        if stop_sending:
+            connection.shutdown(socket.SHUT_WR)
         chunks = []
         while chunk := connection.recv(65_536):
             chunks.append(chunk)
@@ -227,15 +231,101 @@ def test_a_request_to_the_index_is_carried_and_one_to_another_loopback_port_is_r
     assert path == "/simple/lib/" and headers["Host"] == f"127.0.0.1:{index.port}" and "Proxy-Authorization" not in headers
 
 
-def test_a_tunnel_opens_only_to_the_index(index):
-    """CONNECT (https) opens a byte tunnel to the index's host and port, and to nothing else."""
-    with Listener() as trap, forwarding(Destinations.of(index.url)) as (proxy, logged):
-        tunnelled = exchange(
-            proxy, f"CONNECT 127.0.0.1:{index.port} HTTP/1.1\r\n\r\nGET /simple/lib/ HTTP/1.0\r\n\r\n".encode()
-        )
-        refused = exchange(proxy, f"CONNECT 127.0.0.1:{trap.port} HTTP/1.1\r\n\r\n".encode())
-    assert tunnelled.startswith(b"HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.0 200") and b"lib-1.0" in tunnelled
+class Recorder:
+    """A TCP server on 127.0.0.1 standing in for a TLS host: it keeps the bytes of each connection until the
+    other side stops sending, then answers ``b"answer"`` and closes."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.received: list[bytes] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(10)
+                chunks = []
+                while chunk := connection.recv(65_536):
+                    chunks.append(chunk)
+                self.received.append(b"".join(chunks))
+                with contextlib.suppress(OSError):
+                    connection.sendall(b"answer")
+
+    def __enter__(self) -> "Recorder":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.socket.shutdown(socket.SHUT_RDWR)
+        self.socket.close()
+        self.thread.join(10)
+
+
+def tunnel(proxy: str, target: str, data: bytes) -> bytes:
+    """CONNECT ``target``, send ``data`` through the tunnel, stop sending, and read until the forwarder closes."""
+    return exchange(proxy, f"CONNECT {target} HTTP/1.1\r\n\r\n".encode() + data, stop_sending=True)
+
+
+ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+
+
+def test_a_tunnel_opens_only_to_the_index():
+    """CONNECT (https) opens a byte tunnel to the index's host and port, and to nothing else; a ClientHello for
+    the index's address (no server name) is carried as it was sent."""
+    hello = real_hello("127.0.0.1")
+    with Recorder() as upstream, Listener() as trap:
+        with forwarding(Destinations.of(f"https://127.0.0.1:{upstream.port}/simple/")) as (proxy, logged):
+            tunnelled = tunnel(proxy, f"127.0.0.1:{upstream.port}", hello)
+            refused = exchange(proxy, f"CONNECT 127.0.0.1:{trap.port} HTTP/1.1\r\n\r\n".encode())
+    assert tunnelled == ESTABLISHED + b"answer" and upstream.received == [hello]
     assert refused.startswith(b"HTTP/1.1 403") and trap.connections == 0 and len(logged) == 1
+
+
+def test_a_tunnel_carries_a_hello_for_its_own_host():
+    """S9: the index by name (resolved by the forwarder alone): a ClientHello naming it reaches it byte for
+    byte, and so does what the client sent after it (here a ChangeCipherSpec record)."""
+    url = "https://index.casebox.test:{port}/simple/"
+    hello = real_hello("index.casebox.test")
+    with Recorder() as upstream, forwarding(Destinations.of(url.format(port=upstream.port)), resolve=resolving("127.0.0.1")) as (proxy, logged):
+        tunnelled = tunnel(proxy, f"index.casebox.test:{upstream.port}", hello + b"\x14\x03\x03\x00\x01\x01")
+    assert tunnelled == ESTABLISHED + b"answer" and logged == []
+    assert upstream.received == [hello + b"\x14\x03\x03\x00\x01\x01"]
+
+
+@pytest.mark.parametrize(
+    "hello, logged_rule",
+    [
+        (lambda: real_hello("evil.example"), "asked TLS for server name 'evil.example', not its own host"),
+        (lambda: real_hello("127.0.0.1"), "asked TLS for no server name, not its own host"),
+        (lambda: b"GET /simple/ HTTP/1.1\r\nHost: evil.example\r\n\r\n", "did not open with a ClientHello"),
+    ],
+    ids=["another_name", "no_name", "plain_http"],
+)
+def test_a_tunnel_whose_tls_asks_for_another_host_carries_nothing(hello, logged_rule):
+    """S9, domain fronting: a sandbox tunnels to an allowed name and asks TLS, inside, for another site behind
+    the same addresses (a CDN's), for none, or speaks plain HTTP with its own Host; not one byte reaches the
+    host, the tunnel is closed and the steward logs why."""
+    url = "https://index.casebox.test:{port}/simple/"
+    with Recorder() as upstream, forwarding(Destinations.of(url.format(port=upstream.port)), resolve=resolving("127.0.0.1")) as (proxy, logged):
+        tunnelled = tunnel(proxy, f"index.casebox.test:{upstream.port}", hello())
+    assert tunnelled == ESTABLISHED
+    assert upstream.received == [b""]
+    assert len(logged) == 1 and logged[0].startswith("forwarder of sandbox test closed a tunnel: the tunnel to index.casebox.test:")
+    assert logged_rule in logged[0]
+
+
+def test_a_tunnel_to_an_address_whose_tls_names_a_host_carries_nothing():
+    """S9: an IP address has no server name, so a hello to the index's address that names one (any CDN site)
+    is refused."""
+    with Recorder() as upstream, forwarding(Destinations.of(f"https://127.0.0.1:{upstream.port}/simple/")) as (proxy, logged):
+        tunnelled = tunnel(proxy, f"127.0.0.1:{upstream.port}", real_hello("evil.example"))
+    assert tunnelled == ESTABLISHED and upstream.received == [b""]
+    assert len(logged) == 1 and "asked TLS for server name 'evil.example'; an IP address has none" in logged[0]
 
 
 def test_the_forwarder_connects_to_the_addresses_it_checked_never_to_the_name_resolved_again(index):
