@@ -24,6 +24,9 @@ from typing import Sequence
 from executor.cli.frontend import EXIT_REFUSED
 
 TOOLS = "/cap/tools"
+# Where an installed tree keeps its modules, as a venv does: tools that tell installed code from the project's
+# own by that name (hypothesis parses every "local" module's source for constants, once per case) leave it be.
+MODULES_DIRECTORY = "site-packages"
 # Libraries the tools import, copied from casebox's own environment: their Python files only.
 LIBRARIES = ("installer",)
 BOOT = f"import sys; sys.path[:0] = [{TOOLS!r}]; from executor.inside import main; sys.exit(main(sys.argv[1:]))"
@@ -77,9 +80,10 @@ def _install(target: str, mounted: str, wheels: Sequence[str]) -> int:
 
     The resolver already fixed every wheel and its sha256, so nothing is left
     to resolve: pip would spend some 0.5 s of each install importing and
-    compiling itself (docs/pipeline.md, "Install"). The layout is pip's
-    ``--target``: modules and ``.data/purelib``, ``platlib`` and ``data`` at
-    the top, scripts in ``bin/``. Compiled here, once, in sorted order, the
+    compiling itself (docs/pipeline.md, "Install"). The layout is a venv's:
+    modules and ``.data/purelib`` and ``platlib`` in ``site-packages/``
+    (:data:`MODULES_DIRECTORY`), ``data`` at the top, scripts in ``bin/``.
+    Compiled here, once, in sorted order, the
     same wheels give the same bytes: pip's own compile named its random
     temporary directory in every .pyc, so two installs were two trees."""
     import compileall
@@ -90,7 +94,9 @@ def _install(target: str, mounted: str, wheels: Sequence[str]) -> int:
     from installer.exceptions import InstallerError
     from installer.sources import WheelFile
 
-    scheme = {"purelib": target, "platlib": target, "data": target, "scripts": os.path.join(target, "bin"),
+    modules = os.path.join(target, MODULES_DIRECTORY)
+    os.mkdir(modules, 0o755)
+    scheme = {"purelib": modules, "platlib": modules, "data": target, "scripts": os.path.join(target, "bin"),
               "headers": os.path.join(target, "include")}
     destination = SchemeDictionaryDestination(scheme, interpreter=sys.executable, script_kind="posix")
     for wheel in wheels:

@@ -23,7 +23,8 @@ from test_verify import EXAMPLES, value
 from wheelforge import wheel
 
 from executor.transport import pack
-from executor.cases.service import RUNNER_PATH, SITE_PATH, search_path
+from executor.cases.service import RUNNER_MODULES, SITE_MODULES, search_path
+from executor.inside import MODULES_DIRECTORY
 from executor.cases.runtime import inspect
 from plan_support import case as case_doc
 
@@ -188,10 +189,10 @@ def test_the_search_path_is_stdlib_then_runner_then_candidate_in_a_real_sandbox(
     case (caseservice.search_path). Without the stdlib first, the candidate's argparse and json are imported."""
     site, runner = tmp_path / "site", tmp_path / "runner"
     for name in ("argparse.py", "json/__init__.py", "_pytest/__init__.py"):
-        (site / name).parent.mkdir(parents=True, exist_ok=True)
-        (site / name).write_text(SHADOW_PROBE)
-    (runner / "_pytest").mkdir(parents=True)
-    (runner / "_pytest" / "__init__.py").write_text("print('RUNNER _pytest')\n")
+        (site / MODULES_DIRECTORY / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / MODULES_DIRECTORY / name).write_text(SHADOW_PROBE)
+    (runner / MODULES_DIRECTORY / "_pytest").mkdir(parents=True)
+    (runner / MODULES_DIRECTORY / "_pytest" / "__init__.py").write_text("print('RUNNER _pytest')\n")
     runtime = inspect()
     pytest_case = type("Case", (), {"op": "pytest"})()
     uid, gid = sandbox_ids
@@ -205,7 +206,7 @@ def test_the_search_path_is_stdlib_then_runner_then_candidate_in_a_real_sandbox(
     stdout = json.loads(result.stdout)["stdout"]
     assert "SHADOWED" not in stdout and "RUNNER _pytest" in stdout
     assert f"{runtime.stdlib_path[1]}/argparse.py" in stdout and f"{runtime.stdlib_path[1]}/json/__init__.py" in stdout
-    assert search_path(runtime, pytest_case).split(":")[-2:] == [RUNNER_PATH, SITE_PATH]
+    assert search_path(runtime, pytest_case).split(":")[-2:] == [RUNNER_MODULES, SITE_MODULES]
 
 
 PTRACE_FORGE = r'''"""calc, and behind it a daemon that ptraces the runner (its parent, pytest): at exit_group it rewrites the

@@ -46,15 +46,17 @@ MODULE = {"demo_lib/__init__.py": b"def main():\n    return 0\n"}
 
 
 def test_a_wheel_is_installed_in_the_target_layout_and_compiled_for_where_cases_mount_it(tmp_path):
-    """E7, issue 14: modules at the top, scripts in bin/, and every module's checked-hash .pyc names the path
-    the cases see the sealed tree at, never the directory it was written in."""
+    """E7, issue 14: modules in site-packages/ (a venv's layout), scripts in bin/, and every module's
+    checked-hash .pyc names the path the cases see the sealed tree at, never the directory it was written in."""
     target = tmp_path / "out"
     target.mkdir()
     assert main(["install", str(target), MOUNTED, wheel(tmp_path, MODULE)]) == 0
-    assert (target / "demo_lib" / "__init__.py").is_file() and (target / "bin" / "demo-lib").is_file()
-    cached = pathlib.Path(importlib.util.cache_from_source(str(target / "demo_lib" / "__init__.py"))).read_bytes()
+    assert sorted(os.listdir(target)) == ["bin", "site-packages"]
+    module = target / "site-packages" / "demo_lib" / "__init__.py"
+    assert module.is_file() and (target / "bin" / "demo-lib").is_file()
+    cached = pathlib.Path(importlib.util.cache_from_source(str(module))).read_bytes()
     assert int.from_bytes(cached[4:8], "little") == 0b11
-    assert marshal.loads(cached[16:]).co_filename == f"{MOUNTED}/demo_lib/__init__.py"
+    assert marshal.loads(cached[16:]).co_filename == f"{MOUNTED}/site-packages/demo_lib/__init__.py"
 
 
 def test_two_installs_of_one_wheel_are_the_same_bytes(tmp_path):
@@ -77,15 +79,16 @@ def test_a_file_whose_bytes_differ_from_its_record_is_refused_before_anything_is
     target.mkdir()
     forged = wheel(tmp_path, MODULE, record={"demo_lib/__init__.py": _digest(b"something else")})
     assert main(["install", str(target), MOUNTED, forged]) == 1
-    assert os.listdir(target) == []
+    assert [path for path in target.rglob("*") if not path.is_dir()] == []
     assert "demo_lib-1.0-py3-none-any.whl" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["../escaped.py", "demo_lib/../../escaped.py"])
 def test_a_file_outside_the_tree_is_refused(tmp_path, name):
-    """Issue 14, F-style containment: a wheel entry that climbs out of the target is never written outside it."""
+    """Issue 14, F-style containment: a wheel entry that climbs out of the modules directory is never written
+    outside it (not beside it in the tree, not outside the tree)."""
     target = tmp_path / "deep" / "out"
     target.mkdir(parents=True)
     hostile = wheel(tmp_path, {**MODULE, name: b"x = 1\n"})
     assert main(["install", str(target), MOUNTED, hostile]) == 1
-    assert not (tmp_path / "deep" / "escaped.py").exists() and not (tmp_path / "escaped.py").exists()
+    assert [path.name for path in tmp_path.rglob("escaped.py")] == []

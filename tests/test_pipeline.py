@@ -13,7 +13,8 @@ from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
 from executor.transport import pack
 from executor.cases.service import (
     RUNNER_BOOT,
-    RUNNER_PATH,
+    RUNNER_MODULES,
+    SITE_MODULES,
     SITE_PATH,
     Blocked,
     CaseService,
@@ -28,6 +29,7 @@ from executor.evidence.junit import MISSING, READ
 from executor.cases.ownership import Gate, OwnershipError
 
 from executor.deps.preparer import Dependencies, Preparer, Unresolved
+from executor.inside import MODULES_DIRECTORY
 from executor.evidence.receipts import STEP_DEPENDENCIES, STEP_INSTALL, STEP_RUNNER, receipt_from_bytes
 from executor.cli.reporting import Progress
 from executor.deps.protocol import acks_from_bytes, leaf
@@ -85,10 +87,10 @@ def test_the_search_path_is_the_stdlib_then_the_runner_then_the_candidate():
     """E7: PYTHONPATH starts with the runtime's own standard library, so no tree can shadow it; the runner comes
     before the candidate; plugin autoload is off for every op; no host or git variable passes."""
     env = case_env(RUNTIME, PLAN.cases[0])
-    assert env["PYTHONPATH"].split(":") == [*RUNTIME.stdlib_path, RUNNER_PATH, SITE_PATH]
+    assert env["PYTHONPATH"].split(":") == [*RUNTIME.stdlib_path, RUNNER_MODULES, SITE_MODULES]
     assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
     module = case_env(RUNTIME, PLAN.cases[1])
-    assert module["PYTHONPATH"].split(":") == [*RUNTIME.stdlib_path, SITE_PATH] and module["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert module["PYTHONPATH"].split(":") == [*RUNTIME.stdlib_path, SITE_MODULES] and module["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
     assert not any(name.startswith(("GIT_", "PIP_")) for name in env)
 
 
@@ -489,14 +491,15 @@ def test_an_install_that_fails_blocks_every_case_and_seals_nothing(tmp_path):
 
 
 def _installed(outputs: dict[str, dict[str, str]]):
-    """An install op's answer: write these files into the output it was given."""
+    """An install op's answer: write these files into the modules directory of the output it was given."""
 
     def answer(op):
         for output, files in outputs.items():
             if output in op.outputs:
                 for name, data in files.items():
-                    (op.outputs[output] / name).parent.mkdir(parents=True, exist_ok=True)
-                    (op.outputs[output] / name).write_text(data)
+                    path = op.outputs[output] / MODULES_DIRECTORY / name
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(data)
         return outcome()
 
     return answer

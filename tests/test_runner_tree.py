@@ -29,6 +29,14 @@ def test_the_plugin_is_the_runner_s(request):
     import _hypothesis_pytestplugin
     assert request.config.pluginmanager.is_registered(_hypothesis_pytestplugin)
     assert _hypothesis_pytestplugin.__file__.startswith("/cap/runner/")
+
+
+def test_both_trees_are_installed_code_to_hypothesis():
+    # Issue 14: hypothesis parses the source of every module it takes for the project's own, once per
+    # process (0.5-0.8 s a case for the runner's and the candidate's); a venv's layout makes them installed.
+    import _pytest, calc
+    from hypothesis.internal.constants_ast import is_local_module_file
+    assert not is_local_module_file(_pytest.__file__) and not is_local_module_file(calc.__file__)
 '''
 HONEST_MAIN = "import sys\nprint(int(sys.argv[1]) + int(sys.argv[2]))\n"
 

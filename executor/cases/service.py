@@ -8,13 +8,13 @@ as the dedicated UID (docs/pipeline.md):
   writes ``/out/candidate``; the output is then sealed and the trusted side
   recomputes the candidate identity digest from the sealed files
   (``identity.digest_directory``), never from the tar;
-- **install**: two sealed trees, each installed once with ``pip install
-  --no-index --no-deps --target`` in a sandbox of its own, pip unpacked
-  from its wheel (executor/inside.py): the **runner** (the verifier's test
-  tools from the index, never from the bundle) at ``/cap/runner`` and the
-  **candidate** (its wheels and their dependencies) at ``/cap/site``. The
-  shadowing rule (executor/deps/shadowing.py) is applied to each sealed tree's
-  listing;
+- **install**: two sealed trees, each installed once by PyPA's ``installer``
+  in a sandbox of its own (executor/inside.py, ``install``): the **runner**
+  (the verifier's test tools from the index, never from the bundle) at
+  ``/cap/runner`` and the **candidate** (its wheels and their dependencies)
+  at ``/cap/site``, each with its modules in ``site-packages/`` as a venv
+  has them. The shadowing rule (executor/deps/shadowing.py) is applied to
+  the listing of each sealed tree's modules;
 - **cases**: one sandbox per case, one op: the plan's op materialized
   (:func:`case_argv`), with the verifier tree read-only and, for a pytest
   case, a writable output of its own for the junit report, sealed before the
@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 
 from executor.transport import identity
 from executor.environ import SANDBOX_ENV
-from executor.inside import BOOT
+from executor.inside import BOOT, MODULES_DIRECTORY
 from executor.evidence.junit import MISSING, REFUSED, REPORT_NAME, PytestEvidence, Report, report_from_directory
 from executor.transport.manifest import wheel_project
 from executor.cases.ownership import CASE_SERVICE, Ahead, Gate, LifecycleEvidence, StartFailed, failure_of
@@ -76,6 +76,9 @@ RUNNER = "runner"
 VERIFIER = "verifier"
 SITE_PATH = f"/cap/{SITE}"
 RUNNER_PATH = f"/cap/{RUNNER}"
+# Where each tree's modules are, on the search path (executor/inside.py, "install").
+SITE_MODULES = f"{SITE_PATH}/{MODULES_DIRECTORY}"
+RUNNER_MODULES = f"{RUNNER_PATH}/{MODULES_DIRECTORY}"
 EXTRACT_TIMEOUT_MS = 120_000
 INSTALL_TIMEOUT_MS = 600_000
 SITE_MAX_BYTES = 1024 * MIB
@@ -174,7 +177,7 @@ def case_argv(interpreter: str, case: Case, report: str | None, plugins: Sequenc
 def search_path(runtime: Runtime, case: Case) -> str:
     """E7: the standard library, then the runner (a pytest case), then the candidate; nothing can come before
     the standard library, because PYTHONPATH itself starts with it."""
-    trees = [RUNNER_PATH, SITE_PATH] if case.op == "pytest" else [SITE_PATH]
+    trees = [RUNNER_MODULES, SITE_MODULES] if case.op == "pytest" else [SITE_MODULES]
     return ":".join([*runtime.stdlib_path, *trees])
 
 
@@ -197,14 +200,20 @@ def listing(directory_fd: int) -> list[str]:
         return sorted(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else "") for entry in entries)
 
 
-def plugin_modules(runner_fd: int, names: Sequence[str], runner_modules: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
-    """The module each plugin the plan names loads from the runner: its ``pytest11`` entry point, or a top-level
-    module of the runner. (modules, None), or ((), the first name the runner does not hold)."""
+def open_modules(tree_fd: int) -> int:
+    """The modules directory of a sealed tree (:data:`MODULES_DIRECTORY`), opened without following a link."""
+    return os.open(MODULES_DIRECTORY, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=tree_fd)
+
+
+def plugin_modules(modules_fd: int, names: Sequence[str], runner_modules: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
+    """The module each plugin the plan names loads from the runner (``modules_fd``, its modules directory): its
+    ``pytest11`` entry point, or a top-level module of the runner. (modules, None), or ((), the first name the
+    runner does not hold)."""
     entry_points: dict[str, str] = {}
-    for name in listing(runner_fd):
+    for name in listing(modules_fd):
         if not name.endswith(".dist-info/"):
             continue
-        directory = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=runner_fd)
+        directory = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=modules_fd)
         try:
             data = read_evidence(directory, "entry_points.txt", ENTRY_POINTS_MAX_BYTES)
         except Refused:
@@ -322,8 +331,15 @@ class CaseService:
         except Refused as refusal:
             return f"the installed {what} cannot be sealed: {refusal.sentence()}"
 
-    def _listing(self, output: str) -> list[str]:
+    def _open_modules(self, output: str) -> int:
         fd = self.session.open_output(output)
+        try:
+            return open_modules(fd)
+        finally:
+            os.close(fd)
+
+    def _listing(self, output: str) -> list[str]:
+        fd = self._open_modules(output)
         try:
             return modules(listing(fd))
         finally:
@@ -341,7 +357,7 @@ class CaseService:
                 refusal = shadowed(candidate_modules=dependencies.modules, runner_modules=runner_modules)
                 if refusal is not None:
                     return Trees(blocked=Blocked(*refusal))
-                fd = self.session.open_output(RUNNER)
+                fd = self._open_modules(RUNNER)
                 try:
                     plugins, missing = plugin_modules(fd, self.plan.plugins, runner_modules)
                 finally:
