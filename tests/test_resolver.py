@@ -305,7 +305,7 @@ def test_pip_runs_from_its_package_unpacked_out_of_the_installer_wheel(tmp_path)
 def test_a_candidate_that_only_states_requires_python_never_imports_pips_resolver(tmp_path, dirs):
     """issue 14: with no runner and no Requires-Dist, Requires-Python is checked with pip's vendored packaging
     alone: only that much of pip is unpacked, and its resolver and the guard that wraps it (most of a second
-    to import) are never loaded."""
+    to import) are never loaded, nor its requirement parser."""
     candidate, index = dirs
     wheel(candidate, "demo-app", "1.0", requires_python=">=3.8")
     request = tmp_path / "request"
@@ -324,6 +324,8 @@ def test_a_candidate_that_only_states_requires_python_never_imports_pips_resolve
     loaded = json.loads(answer.stderr.decode().strip().splitlines()[-1])
     assert "pip._vendor.packaging.specifiers" in loaded
     assert not [module for module in loaded if module.startswith("pip._internal")], loaded
+    # Nor the requirement parser, some forty regular expressions compiled for no Requires-Dist at all.
+    assert "pip._vendor.packaging.requirements" not in loaded, loaded
     [home] = scratch.glob("pip-*")
     assert sorted(path.name for path in (home / "pip").iterdir()) == ["__init__.py", "_vendor"]
     assert sorted(path.name for path in (home / "pip" / "_vendor").iterdir()) == ["__init__.py", "packaging"]

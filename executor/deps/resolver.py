@@ -176,14 +176,18 @@ class Candidate:
 PACKAGING_ONLY = ("pip/__init__.py", "pip/_vendor/__init__.py", "pip/_vendor/packaging/")
 
 
-def load_pip(wheel: str, *, resolving: bool):
+def load_pip(wheel: str, *, resolving: bool, requirements: bool):
     """pip, unpacked from the installer wheel (executor/inside.py), all of it when it will ``resolve``; its
-    vendored packaging, for the requirements."""
+    vendored packaging, for a Requires-Python and, when there are ``requirements``, for them."""
     from executor.inside import load_pip as unpack
 
     unpack(wheel, ("pip/",) if resolving else PACKAGING_ONLY)
-    import pip._vendor.packaging.requirements
     import pip._vendor.packaging.specifiers
+
+    if requirements:
+        # Its tokenizer and parser compile some forty regular expressions: 40-60 ms a resolve op needs
+        # only when there is a requirement to parse.
+        import pip._vendor.packaging.requirements
 
     return pip._vendor.packaging
 
@@ -357,8 +361,9 @@ def leaves(request, candidate_dir: str, index: list[str], installer: str, scratc
         if not request.runner and not any(wheel.requires or wheel.requires_python for wheel in wheels):
             yield leaf("END", seq, pins=0)
             return
-        resolving = bool(request.runner) or any(wheel.requires for wheel in wheels)
-        packaging = load_pip(installer, resolving=resolving)
+        requirements = any(wheel.requires for wheel in wheels)
+        resolving = bool(request.runner) or requirements
+        packaging = load_pip(installer, resolving=resolving, requirements=requirements)
         for wheel in wheels:
             wheel.check_requirements(packaging)
         if resolving:
