@@ -31,6 +31,7 @@ import dataclasses
 import errno
 import importlib.util
 import os
+import sys
 
 import executor
 from executor.cases import runtime as runtimes
@@ -158,14 +159,10 @@ def split_stages(cases: list[tuple[int, Case]], jobs: int, state_root: str) -> l
         count += 1
 
 
-def _tools() -> dict[str, bytes]:
-    """casebox's own sandboxed modules, exactly the files they import, and the libraries they use
-    (executor/inside.py)."""
+def _tool_sources() -> list[tuple[str, str]]:
+    """Each file of the tools capability: its path there, and where casebox's installation keeps it."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(executor.__file__)))
-    files = {}
-    for relative in modules():
-        with open(os.path.join(root, relative), "rb") as file:
-            files[relative] = file.read()
+    sources = [(relative, os.path.join(root, relative)) for relative in modules()]
     for library in LIBRARIES:
         spec = importlib.util.find_spec(library)
         if spec is None or spec.origin is None:
@@ -175,9 +172,56 @@ def _tools() -> dict[str, bytes]:
             for name in sorted(names):
                 if name.endswith(".py"):
                     path = os.path.join(directory, name)
-                    with open(path, "rb") as file:
-                        files[os.path.join(library, os.path.relpath(path, package))] = file.read()
+                    sources.append((os.path.join(library, os.path.relpath(path, package)), path))
+    return sources
+
+
+def _tools() -> dict[str, bytes]:
+    """casebox's own sandboxed modules, exactly the files they import, and the libraries they use
+    (executor/inside.py), each with the installation's checked bytecode where it has some for that source."""
+    files = {}
+    for relative, path in _tool_sources():
+        with open(path, "rb") as file:
+            files[relative] = source = file.read()
+        bytecode = _installed_bytecode(path, source)
+        if bytecode is not None:
+            directory, name = os.path.split(relative)
+            files[os.path.join(directory, "__pycache__", f"{name[:-3]}.{sys.implementation.cache_tag}.pyc")] = bytecode
     return files
+
+
+# The .pyc flags word of PEP 552: bit 0, hash-based; bit 1, checked against the source on every import.
+CHECKED_HASH_FLAGS = 0b11
+
+
+def _installed_bytecode(path: str, source: bytes) -> bytes | None:
+    """The .pyc casebox's installation keeps for ``path`` when it is checked-hash bytecode of exactly ``source``
+    for this interpreter; None for none, for a timestamp or unchecked one, and for a stale one.
+
+    The tools capability is read-only, so a tool op compiles every module
+    that has no bytecode there, some 30 ms of each extract, resolve, fetch
+    and install op (docs/pipeline.md, "Bytecode for the tools"). Only
+    checked-hash bytecode is taken: the op's interpreter hashes the source
+    beside it on import and compiles that source when they differ, so a
+    stale .pyc never runs; one of another version finds none under its own
+    cache tag, or refuses the magic number, and compiles from source.
+    """
+    try:
+        with open(importlib.util.cache_from_source(path), "rb") as file:
+            bytecode = file.read()
+    except OSError:
+        return None
+    header = importlib.util.MAGIC_NUMBER + CHECKED_HASH_FLAGS.to_bytes(4, "little") + importlib.util.source_hash(source)
+    return bytecode if bytecode[:len(header)] == header else None
+
+
+def compile_tools() -> None:
+    """Compile every file of the tools capability to checked-hash bytecode where casebox's installation keeps
+    it, for :func:`_tools` to find (scripts/bootstrap and scripts/install run this once)."""
+    import py_compile
+
+    for _, path in _tool_sources():
+        py_compile.compile(path, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
 
 
 def _evidence_directory(path: str) -> tuple[int, bool]:
