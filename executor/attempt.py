@@ -185,6 +185,7 @@ def _tools() -> dict[str, bytes]:
             files[relative] = source = file.read()
         bytecode = _installed_bytecode(path, source)
         if bytecode is not None:
+            # Not cache_from_source: under a pycache_prefix it names a path outside the capability.
             directory, name = os.path.split(relative)
             files[os.path.join(directory, "__pycache__", f"{name[:-3]}.{sys.implementation.cache_tag}.pyc")] = bytecode
     return files
