@@ -239,6 +239,7 @@ class Recorder:
         self.socket = socket.create_server(("127.0.0.1", 0))
         self.port = self.socket.getsockname()[1]
         self.received: list[bytes] = []
+        self.recorded = threading.Condition()
         self.thread = threading.Thread(target=self._serve, daemon=True)
 
     def _serve(self) -> None:
@@ -252,9 +253,18 @@ class Recorder:
                 chunks = []
                 while chunk := connection.recv(65_536):
                     chunks.append(chunk)
-                self.received.append(b"".join(chunks))
+                with self.recorded:
+                    self.received.append(b"".join(chunks))
+                    self.recorded.notify_all()
                 with contextlib.suppress(OSError):
                     connection.sendall(b"answer")
+
+    def connections(self, count: int) -> list[bytes]:
+        """What the first ``count`` connections carried, once they have all ended (the forwarder may close the
+        client's side of a refused tunnel before this server has read the end of its own)."""
+        with self.recorded:
+            self.recorded.wait_for(lambda: len(self.received) >= count, timeout=10)
+            return list(self.received)
 
     def __enter__(self) -> "Recorder":
         self.thread.start()
@@ -282,7 +292,7 @@ def test_a_tunnel_opens_only_to_the_index():
         with forwarding(Destinations.of(f"https://127.0.0.1:{upstream.port}/simple/")) as (proxy, logged):
             tunnelled = tunnel(proxy, f"127.0.0.1:{upstream.port}", hello)
             refused = exchange(proxy, f"CONNECT 127.0.0.1:{trap.port} HTTP/1.1\r\n\r\n".encode())
-    assert tunnelled == ESTABLISHED + b"answer" and upstream.received == [hello]
+    assert tunnelled == ESTABLISHED + b"answer" and upstream.connections(1) == [hello]
     assert refused.startswith(b"HTTP/1.1 403") and trap.connections == 0 and len(logged) == 1
 
 
@@ -294,7 +304,7 @@ def test_a_tunnel_carries_a_hello_for_its_own_host():
     with Recorder() as upstream, forwarding(Destinations.of(url.format(port=upstream.port)), resolve=resolving("127.0.0.1")) as (proxy, logged):
         tunnelled = tunnel(proxy, f"index.casebox.test:{upstream.port}", hello + b"\x14\x03\x03\x00\x01\x01")
     assert tunnelled == ESTABLISHED + b"answer" and logged == []
-    assert upstream.received == [hello + b"\x14\x03\x03\x00\x01\x01"]
+    assert upstream.connections(1) == [hello + b"\x14\x03\x03\x00\x01\x01"]
 
 
 @pytest.mark.parametrize(
@@ -314,7 +324,7 @@ def test_a_tunnel_whose_tls_asks_for_another_host_carries_nothing(hello, logged_
     with Recorder() as upstream, forwarding(Destinations.of(url.format(port=upstream.port)), resolve=resolving("127.0.0.1")) as (proxy, logged):
         tunnelled = tunnel(proxy, f"index.casebox.test:{upstream.port}", hello())
     assert tunnelled == ESTABLISHED
-    assert upstream.received == [b""]
+    assert upstream.connections(1) == [b""]
     assert len(logged) == 1 and logged[0].startswith("forwarder of sandbox test closed a tunnel: the tunnel to index.casebox.test:")
     assert logged_rule in logged[0]
 
@@ -324,7 +334,7 @@ def test_a_tunnel_to_an_address_whose_tls_names_a_host_carries_nothing():
     is refused."""
     with Recorder() as upstream, forwarding(Destinations.of(f"https://127.0.0.1:{upstream.port}/simple/")) as (proxy, logged):
         tunnelled = tunnel(proxy, f"127.0.0.1:{upstream.port}", real_hello("evil.example"))
-    assert tunnelled == ESTABLISHED and upstream.received == [b""]
+    assert tunnelled == ESTABLISHED and upstream.connections(1) == [b""]
     assert len(logged) == 1 and "asked TLS for server name 'evil.example'; an IP address has none" in logged[0]
 
 
