@@ -41,9 +41,11 @@ MAX_AHEAD = 3
 
 
 def ahead_for_host() -> int:
-    """The sandboxes a session starts ahead: one fewer than the cores this process may run on (one runs the
-    op), at most MAX_AHEAD; none on one core, where a start beside an op would only take the op's time."""
-    return max(0, min(len(os.sched_getaffinity(0)) - 1, MAX_AHEAD))
+    """The sandboxes a session starts ahead: as many as the cores this process may run on, at most MAX_AHEAD.
+
+    A start is mostly waiting (the cgroup move, the rendezvous, each record's sync), not computing, so even
+    one core gains from one start beside an op, and two cores from two (docs/pipeline.md, "Started ahead")."""
+    return min(len(os.sched_getaffinity(0)), MAX_AHEAD)
 
 # A sandbox's network (docs/launcher.md, S9): always a namespace of its own with lo; ``index`` adds the steward's
 # forwarder to one network index (steward/forwarder.py), for the resolver and fetch of that index only.
@@ -125,7 +127,7 @@ class Limits:
 @dataclasses.dataclass(frozen=True)
 class Opened:
     """A new session: its stage, its journal, the head after GENESIS, and how many sandboxes it may start
-    ahead of their ops at once (Session.start_ahead; 0 on a host with one core)."""
+    ahead of their ops at once (Session.start_ahead)."""
 
     stage_id: str
     journal_id: str
