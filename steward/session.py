@@ -286,13 +286,25 @@ class Steward:
         self.close()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _Waiting:
-    """A sandbox started ahead: its outputs, and its way to READY on a thread of its own (``completion``)."""
+    """A sandbox started ahead: its outputs, the descriptors its start opened, and its way to READY on a thread
+    of its own (``completion``), None while its spawn waits for the open sandbox's op (Session.run)."""
 
     sandbox: object
     outputs: frozenset[str]
-    completion: object
+    opened: list[int]
+    completion: object = None
+
+
+class _LaunchFailed:
+    """The completion of a start ahead whose spawn failed: its take raises the failure."""
+
+    def __init__(self, failure: BaseException) -> None:
+        self.failure = failure
+
+    def join(self) -> BaseException:
+        return self.failure
 
 
 def _complete(sandbox, opened: list[int]) -> None:
@@ -499,18 +511,39 @@ class Session:
 
     @_room_checked
     def start_ahead(self, *, read: Sequence[str] = (), write: Sequence[str] = (), limits: Limits = Limits()) -> str:
-        """Start a loopback sandbox ahead of its op: it is spawned now and brought to READY on a thread of its
-        own while the open sandbox runs its op; :meth:`take_sandbox` then opens it. At most ``ahead`` wait at
-        once (Settings.ahead). Its id."""
-        from steward.starter import Background
+        """Start a loopback sandbox ahead of its op, to be brought to READY on a thread of its own while the
+        open sandbox runs its op; :meth:`take_sandbox` then opens it. At most ``ahead`` wait at once
+        (Settings.ahead). Its id.
 
+        Everything is checked and reserved now (names, outputs, the lease). With a sandbox open, stage 1 is
+        spawned once that sandbox's next op is released (:meth:`run`), so the spawn overlaps the op instead
+        of delaying it; with none open, or at the take if no op came first, it is spawned at once. A spawn
+        that fails is raised at the take."""
         self._usable()
         if len(self.waiting) >= self.settings.ahead:
             raise Refused("sandbox", f"would be more than {self.settings.ahead} sandboxes started ahead in this session")
-        sandbox, opened = self._launch(read, write, limits, api.LOOPBACK, None)
-        completion = Background(_complete, sandbox, opened, name=f"casebox-ahead-{sandbox.id}")
-        self.waiting.append(_Waiting(sandbox, frozenset(write), completion))
+        sandbox, opened = self._prepare(read, write, limits, api.LOOPBACK, None)
+        self.waiting.append(_Waiting(sandbox, frozenset(write), opened))
+        if self.sandbox is None:
+            self._spawn_waiting()
         return sandbox.id
+
+    def _spawn_waiting(self) -> None:
+        """Spawn, on this thread, each sandbox started ahead that waits for its spawn, and set it completing on
+        a thread of its own; a failed spawn is kept for its take."""
+        from steward.starter import Background
+
+        for waiting in self.waiting:
+            if waiting.completion is not None:
+                continue
+            try:
+                waiting.sandbox.launch()
+            except Exception as failure:
+                for fd in waiting.opened:
+                    os.close(fd)
+                waiting.completion = _LaunchFailed(failure)
+                continue
+            waiting.completion = Background(_complete, waiting.sandbox, waiting.opened, name=f"casebox-ahead-{waiting.sandbox.id}")
 
     @_room_checked
     def take_sandbox(self) -> api.Ready:
@@ -520,6 +553,7 @@ class Session:
             raise Refused("sandbox", "is already open; close it before taking another")
         if not self.waiting:
             raise Refused("sandbox", "none was started ahead; start one first")
+        self._spawn_waiting()
         # Left in the queue until READY or its failure, so an interrupted wait leaves it for the session's end.
         waiting = self.waiting[0]
         failure = waiting.completion.join()
@@ -532,6 +566,20 @@ class Session:
 
     def _launch(self, read, write, limits: Limits, network: str, index: str | None):
         """Check a start, take the lease if no sandbox holds it yet, and spawn stage 1 on this thread."""
+        sandbox, opened = self._prepare(read, write, limits, network, index)
+        try:
+            sandbox.launch()
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
+            self._note_outer(sandbox)
+            self._release_idle_lease()
+            raise
+        return sandbox, opened
+
+    def _prepare(self, read, write, limits: Limits, network: str, index: str | None):
+        """Check a start and take the lease if no sandbox holds it yet: the sandbox, not yet spawned, and the
+        descriptors opened for it."""
         from steward.forwarder import Destinations
         from steward.starter import Sandbox, Spec
 
@@ -553,7 +601,6 @@ class Session:
                 raise Refused(f"write {name}", "is another live sandbox's output")
         beside = tuple(sandbox.id for sandbox in self._live_sandboxes())
         opened: list[int] = []
-        sandbox = None
         try:
             if self.lease is None:
                 self.lease = self.root.lease(self.uid, wait_seconds=self.settings.lease_seconds, stop=self.steward.stopping)
@@ -578,12 +625,9 @@ class Session:
             )
             suffix = NETWORK_SANDBOX_SUFFIX if network == api.INDEX_NETWORK else ""
             sandbox = Sandbox(spec, self.ledger, self.root, f"{self.stage_id}-{self.sandboxes}{suffix}")
-            sandbox.launch()
         except BaseException:
             for fd in opened:
                 os.close(fd)
-            if sandbox is not None:
-                self._note_outer(sandbox)
             self._release_idle_lease()
             raise
         return sandbox, opened
@@ -634,7 +678,8 @@ class Session:
         sandbox = self.sandbox
         try:
             observation = sandbox.run(
-                list(argv), env=dict(env), cwd=cwd, timeout_ms=timeout_ms, stdout_cap=stdout_cap, stderr_cap=stderr_cap
+                list(argv), env=dict(env), cwd=cwd, timeout_ms=timeout_ms, stdout_cap=stdout_cap, stderr_cap=stderr_cap,
+                while_running=self._spawn_waiting,
             )
         except SandboxFailure:
             self._closed_sandbox()
@@ -773,7 +818,11 @@ class Session:
         while self.waiting:
             waiting = self.waiting.popleft()
             try:
-                if waiting.completion.join() is None:
+                if waiting.completion is None:
+                    # Never spawned: nothing ran, nothing was recorded; only its descriptors are left.
+                    for fd in waiting.opened:
+                        os.close(fd)
+                elif waiting.completion.join() is None:
                     waiting.sandbox.close()
             except Exception as error:
                 failures.append(error)

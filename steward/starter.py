@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import threading
+from typing import Callable
 
 from journal.errors import Refused
 from launcher import drop, limits, protocol, seccomp, seqpacket, vocabulary
@@ -525,8 +526,11 @@ class Sandbox:
         timeout_ms: int,
         stdout_cap: int,
         stderr_cap: int,
+        while_running: Callable[[], None] | None = None,
     ) -> OpResult | OpNotStarted:
-        """Run one exec op; its identity is durable before it is released.
+        """Run one exec op; its identity is durable before it is released. ``while_running`` is called on this
+        thread once the op is released, before its result is awaited (where a session spawns the sandboxes
+        started ahead); it must not raise.
 
         S7: no ``GIT_*`` variable and nothing named like a credential enters
         the op, whoever built its environment (a refusal, before anything runs).
@@ -537,7 +541,7 @@ class Sandbox:
         if self.channel is None:
             raise SandboxFailure("the sandbox is closed")
         try:
-            return self._run(argv, env, cwd, timeout_ms, stdout_cap, stderr_cap)
+            return self._run(argv, env, cwd, timeout_ms, stdout_cap, stderr_cap, while_running)
         except ProtocolError as error:
             limit = self._lost_op_class()
             self._teardown()
@@ -550,7 +554,7 @@ class Sandbox:
             return None
         return "MEMORY" if self.cgroup.counters().oom_kills > self.op_counters.oom_kills else None
 
-    def _run(self, argv, env, cwd, timeout_ms, stdout_cap, stderr_cap) -> OpResult | OpNotStarted:
+    def _run(self, argv, env, cwd, timeout_ms, stdout_cap, stderr_cap, while_running) -> OpResult | OpNotStarted:
         self.ops += 1
         op_id = self._op_id(f"op-{self.ops}")
         self.cgroup.reset_peaks()
@@ -574,6 +578,8 @@ class Sandbox:
         self.ledger.process_intent(op_id, "descendant", found.pid, found.starttime, found.pgid)
         self.channel.ack(message)
         self.ledger.process_released(op_id)
+        if while_running is not None:
+            while_running()
         self.channel.sock.settimeout(timeout_ms / 1000 + REPORT_GRACE_SECONDS)
         message = self.channel.receive("OP_RESULT", "OP_NOT_STARTED")
         fields = message.fields

@@ -51,7 +51,9 @@ def _index(reading, kind: Kind, op_id: str) -> int:
 def test_a_sandbox_started_ahead_comes_to_ready_while_the_open_one_runs_its_op(pipelined, state_path):
     """The point of starting ahead, and J1 with two writers: the next sandbox's SANDBOX_READY is recorded
     between the open sandbox's op's PROCESS_INTENT and its PROCESS_TERMINAL, the journal stays VALID, and each
-    sandbox has its own launcher, pid 1 and op ids. Red when the start ahead completes before returning."""
+    sandbox has its own launcher, pid 1 and op ids. Red when the start ahead completes before returning. Its
+    stage 1 is spawned only once the op is released, so the spawn never delays the op (red when start_ahead
+    spawns it at once)."""
     session = pipelined.open_session("attempt-ahead")
     first = session.start_sandbox()
     second = session.start_ahead()
@@ -68,6 +70,7 @@ def test_a_sandbox_started_ahead_comes_to_ready_while_the_open_one_runs_its_op(p
     assert reading.verdict == "VALID"
     ready = _index(reading, Kind.SANDBOX_READY, f"{second}.init")
     assert _index(reading, Kind.PROCESS_INTENT, slow.op_id) < ready < _index(reading, Kind.PROCESS_TERMINAL, slow.op_id)
+    assert _index(reading, Kind.PROCESS_RELEASED, slow.op_id) < _index(reading, Kind.PROCESS_INTENT, f"{second}.launcher")
     launchers = [record for record in reading.records if record.kind is Kind.PROCESS_INTENT and record.fields["role"] == "launcher"]
     assert [record.fields["op_id"] for record in launchers] == [f"{first.sandbox}.launcher", f"{second}.launcher"]
 
@@ -81,7 +84,8 @@ def test_a_fork_bomb_beside_sandboxes_started_ahead_is_classified_as_its_process
     session.start_sandbox(limits=Limits(processes=8))
     session.start_ahead()
     session.start_ahead()
-    # Only once the sandboxes beside it are READY, so their pid 1s run as the pair.
+    # Spawned while an op runs, and only once READY, so their pid 1s run as the pair beside the bomb.
+    assert run_true(session).observation.limit == "OK"
     assert all(waiting.completion.join() is None for waiting in session.waiting)
     bomb = _op(session, """
 import os, sys, time
@@ -179,12 +183,29 @@ def test_a_sandbox_started_ahead_and_never_taken_is_closed_with_its_session(pipe
     session = pipelined.open_session("attempt-untaken")
     session.start_sandbox()
     waiting = session.start_ahead()
+    assert run_true(session).observation.limit == "OK"
     session.close_sandbox()
     closed = session.close()
     assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
     reading = sealed_reading(state_path, closed.stage_id)
     terminal = reading.records[_index(reading, Kind.PROCESS_TERMINAL, f"{waiting}.init")].fields
     assert (terminal["wait_status"], terminal["reaper"]) == (0, "steward")
+
+
+def test_a_start_ahead_no_op_came_to_spawn_ends_with_its_session_having_run_nothing(pipelined, state_path):
+    """C9, J1: a start ahead asked for beside an open sandbox that runs no op is never spawned; the session's
+    end releases its output and descriptors, and the journal holds no record of it (nothing of it ran), while
+    the cleanup proof is CLEANED and VERIFIED. A take spawns such a start at once (the depth test)."""
+    session = pipelined.open_session("attempt-unspawned")
+    session.create_output("report")
+    session.start_sandbox()
+    waiting = session.start_ahead(write=["report"])
+    session.close_sandbox()
+    closed = session.close()
+    assert (closed.cleanup, closed.diagnostic) == ("CLEANED", "VERIFIED")
+    reading = sealed_reading(state_path, closed.stage_id)
+    assert reading.verdict == "VALID"
+    assert not [record for record in reading.records if str(record.fields.get("op_id", "")).startswith(f"{waiting}.")]
 
 
 def test_sandboxes_started_ahead_keep_to_their_depth_and_their_outputs(pipelined):

@@ -148,6 +148,8 @@ def test_sigterm_closes_a_sandbox_started_ahead_with_its_session(tmp_path, sandb
         session = client.connect(daemon.socket).open_session("attempt-stop")
         session.start_sandbox()
         waiting = session.start_ahead()
+        # Spawned once an op of the open sandbox is released.
+        assert session.run(["/usr/bin/true"], env=ENV, timeout_ms=5000, stdout_cap=10, stderr_cap=10).exit_code == 0
         assert daemon.stop() == 0
         reading = sealed_reading(daemon.state, session.stage_id)
         terminal = [record.fields for record in reading.records

@@ -218,9 +218,10 @@ def test_two_installs_of_the_same_wheels_are_one_runner_tree(demo, world, casebo
 
 @pytest.mark.root
 def test_the_demo_starts_each_case_sandbox_while_the_case_before_it_runs(demo):
-    """Issue 14 through the real verify: after the first case, each case's sandbox was started (its launcher's
-    PROCESS_INTENT) before the op of the case before it was (its PROCESS_INTENT), so it comes to READY while
-    that op runs; and still every receipt names an op of a sandbox of its own, which no other receipt names."""
+    """Issue 14 through the real verify: after the first case, each case's sandbox was spawned (its launcher's
+    PROCESS_INTENT) while the op of a case before it ran (between that op's PROCESS_RELEASED and its
+    PROCESS_TERMINAL), so it comes to READY beside that op; and still every receipt names an op of a sandbox
+    of its own, which no other receipt names."""
     evidence = pathlib.Path(value(demo[0].stdout.decode(), "evidence"))
     reading = read_journal((evidence / "journal").read_bytes())
     position = {(record.kind.name, record.fields.get("op_id")): n for n, record in enumerate(reading.records)}
@@ -231,9 +232,10 @@ def test_the_demo_starts_each_case_sandbox_while_the_case_before_it_runs(demo):
     )
     sandboxes = [op_id.rsplit(".", 1)[0] for _, op_id in ran]
     assert len(ran) >= 3 and len(set(sandboxes)) == len(sandboxes)
+    running = [(position[("PROCESS_RELEASED", op_id)], position[("PROCESS_TERMINAL", op_id)]) for _, op_id in ran]
     early = [
-        position[("PROCESS_INTENT", f"{sandbox}.launcher")] < started
-        for (started, _), sandbox in zip(ran, sandboxes[1:])
+        any(released < position[("PROCESS_INTENT", f"{sandbox}.launcher")] < ended for released, ended in running[:n])
+        for n, sandbox in enumerate(sandboxes[1:], start=1)
     ]
     assert all(early), early
 
