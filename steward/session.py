@@ -537,7 +537,7 @@ class Session:
             if waiting.completion is not None:
                 continue
             try:
-                waiting.sandbox.launch()
+                self._spawn(waiting.sandbox)
             except Exception as failure:
                 for fd in waiting.opened:
                     os.close(fd)
@@ -568,7 +568,7 @@ class Session:
         """Check a start, take the lease if no sandbox holds it yet, and spawn stage 1 on this thread."""
         sandbox, opened = self._prepare(read, write, limits, network, index)
         try:
-            sandbox.launch()
+            self._spawn(sandbox)
         except BaseException:
             for fd in opened:
                 os.close(fd)
@@ -576,6 +576,14 @@ class Session:
             self._release_idle_lease()
             raise
         return sandbox, opened
+
+    def _spawn(self, sandbox) -> None:
+        """Spawn a prepared sandbox's stage 1 on this thread; S6 passes over the session's other live sandboxes
+        as they are now (one started since this start was asked for, or opened fresh after a failed take,
+        runs as the pair too)."""
+        others = tuple(live.id for live in self._live_sandboxes() if live is not sandbox)
+        sandbox.spec = dataclasses.replace(sandbox.spec, beside=others)
+        sandbox.launch()
 
     def _prepare(self, read, write, limits: Limits, network: str, index: str | None):
         """Check a start and take the lease if no sandbox holds it yet: the sandbox, not yet spawned, and the
@@ -599,7 +607,6 @@ class Session:
                 raise Refused(f"write {name}", "is not an unsealed output of this session")
             if name in self._held_outputs():
                 raise Refused(f"write {name}", "is another live sandbox's output")
-        beside = tuple(sandbox.id for sandbox in self._live_sandboxes())
         opened: list[int] = []
         try:
             if self.lease is None:
@@ -621,7 +628,7 @@ class Session:
             self.sandboxes += 1
             spec = Spec(
                 self.uid, self.gid, tuple(capabilities), limits, tuple(writable), network, tuple(mounts),
-                destinations, beside, self.settings.ahead,
+                destinations, (), self.settings.ahead,
             )
             suffix = NETWORK_SANDBOX_SUFFIX if network == api.INDEX_NETWORK else ""
             sandbox = Sandbox(spec, self.ledger, self.root, f"{self.stage_id}-{self.sandboxes}{suffix}")

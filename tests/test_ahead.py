@@ -157,6 +157,25 @@ def test_a_start_ahead_tolerates_only_the_sessions_own_sandboxes_on_its_ids(pipe
     session.close()
 
 
+def test_a_start_ahead_spawned_beside_a_sandbox_opened_after_it_was_asked_for_passes_s6(pipelined):
+    """S6 with the spawn after an op's release: a start ahead asked for beside one sandbox and spawned during
+    the op of another opened since (as the case service opens a fresh one when a take failed) tolerates that
+    one's pid 1 and op, which run as the pair: the sandboxes it passes over are the session's live ones when
+    it is spawned (red when they are those of the ask, which no longer include the open one)."""
+    session = pipelined.open_session("attempt-opened-since")
+    session.start_sandbox()
+    waiting = session.start_ahead()
+    session.close_sandbox()
+    session.start_sandbox()
+    slow = _op(session, "import time; time.sleep(1)")
+    assert slow.observation.limit == "OK", slow.observation.stderr
+    session.close_sandbox()
+    assert session.take_sandbox().sandbox == waiting
+    assert run_true(session).observation.limit == "OK"
+    session.close_sandbox()
+    assert session.close().diagnostic == "VERIFIED"
+
+
 def test_s6_beside_a_start_ahead_passes_over_a_process_that_can_never_run_again(sandbox_ids):
     """S6 with a sandbox closing beside a start ahead: its pid 1 and ops are exiting, the kernel has taken
     their cgroup from them, and they still hold the uid. A process that is exiting or a zombie runs nothing
