@@ -40,12 +40,18 @@ MAX_EVIDENCE_FILES = 254
 MAX_AHEAD = 3
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a CI job or a container may narrow): the one
+    count that sizes both the sandboxes started ahead and verify's default --jobs."""
+    return len(os.sched_getaffinity(0))
+
+
 def ahead_for_host() -> int:
     """The sandboxes a session starts ahead: as many as the cores this process may run on, at most MAX_AHEAD.
 
     A start is mostly waiting (the cgroup move, the rendezvous, each record's sync), not computing, so even
     one core gains from one start beside an op, and two cores from two (docs/pipeline.md, "Started ahead")."""
-    return min(len(os.sched_getaffinity(0)), MAX_AHEAD)
+    return min(usable_cores(), MAX_AHEAD)
 
 # A sandbox's network (docs/launcher.md, S9): always a namespace of its own with lo; ``index`` adds the steward's
 # forwarder to one network index (steward/forwarder.py), for the resolver and fetch of that index only.

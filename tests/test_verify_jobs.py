@@ -71,9 +71,12 @@ def test_verify_refuses_a_bad_jobs_before_anything_is_written(casebox, attempt, 
 
 
 def test_the_default_jobs_is_the_cores_up_to_four_and_the_pool(monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    """Issue 14 (5): the default --jobs is the cores this process may run on (its affinity, as for the
+    sandboxes started ahead: one count), at most four and at most the pool."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     assert check_jobs(None, 64) == 4 and check_jobs(None, 2) == 2 and check_jobs("3", 3) == 3
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert check_jobs(None, 64) == 2
 
 

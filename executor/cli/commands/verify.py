@@ -98,7 +98,9 @@ def check_jobs(text: str | None, pool: int) -> int:
     """--jobs N: from 1 to the sandbox pool's size (config sandbox_ids), each stage running at once needs a uid
     of its own (S6); without it, the host's cores up to DEFAULT_MAX_JOBS, and at most the pool."""
     if text is None:
-        return max(1, min(os.cpu_count() or 1, DEFAULT_MAX_JOBS, pool))
+        from steward.api import usable_cores
+
+        return max(1, min(usable_cores(), DEFAULT_MAX_JOBS, pool))
     if not text.isdecimal() or not 1 <= int(text) <= pool:
         raise Refused(
             "--jobs", f"must be a whole number from 1 to the {pool} sandbox uids configured (sandbox_ids), not {text!r}"
@@ -203,7 +205,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sandbox uid (from the pool, config sandbox_ids), journal, tombstone and evidence; with more than one stage "
         "--evidence holds one directory per stage (stage-1, stage-2, ...) and one evaluation folds them all. A plan "
         "with more applicable cases than one stage's journal holds is split into more stages, at most N at once. "
-        "From 1 to sandbox_ids (default: the host's cores, at most 4 and at most sandbox_ids)",
+        "From 1 to sandbox_ids (default: the cores verify may run on, at most 4 and at most sandbox_ids)",
     )
     command.add_argument(
         "--attempt-number", metavar="N", type=int, default=1,
