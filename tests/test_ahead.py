@@ -110,21 +110,25 @@ while True:
     assert session.close().diagnostic == "VERIFIED"
 
 
-def test_an_op_cannot_reach_the_sandbox_started_ahead_beside_it(pipelined):
-    """S8, S13: the same uid, and still nothing to reach: an op that SIGKILLs every process it may signal and
-    lists every pid it can see finds only its own sandbox; the sandbox started ahead is READY after it and
-    runs its op."""
+def test_an_op_cannot_reach_the_sandbox_started_ahead_beside_it(pipelined, state_path):
+    """S8, S13: the same uid, and still nothing to reach: an op that, for the whole time the sandbox started
+    ahead is spawned and bootstrapped beside it (its launcher's record falls inside the op's run), SIGKILLs
+    every process it may signal and lists every pid it can see, finds only its own sandbox; the sandbox
+    started ahead is READY after it and runs its op."""
     session = pipelined.open_session("attempt-reach")
     session.start_sandbox()
-    session.start_ahead()
+    waiting = session.start_ahead()
     hostile = _op(session, """
-import os, signal
-seen = sorted(int(name) for name in os.listdir('/proc') if name.isdigit())
-try:
-    os.kill(-1, signal.SIGKILL)
-except ProcessLookupError:
-    pass
-print(seen)
+import os, signal, time
+seen = set()
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    seen.update(int(name) for name in os.listdir('/proc') if name.isdigit())
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+print(sorted(seen))
 """)
     assert hostile.observation.limit == "OK", hostile.observation.stderr
     assert set(eval(hostile.observation.stdout.decode())) <= {1, 2, 3}
@@ -132,7 +136,12 @@ print(seen)
     session.take_sandbox()
     assert run_true(session).observation.limit == "OK"
     session.close_sandbox()
-    assert session.close().diagnostic == "VERIFIED"
+    closed = session.close()
+    assert closed.diagnostic == "VERIFIED"
+    reading = sealed_reading(state_path, closed.stage_id)
+    spawned = _index(reading, Kind.PROCESS_INTENT, f"{waiting}.launcher")
+    ready = _index(reading, Kind.SANDBOX_READY, f"{waiting}.init")
+    assert _index(reading, Kind.PROCESS_RELEASED, hostile.op_id) < spawned < ready < _index(reading, Kind.PROCESS_TERMINAL, hostile.op_id)
 
 
 def test_a_start_ahead_tolerates_only_the_sessions_own_sandboxes_on_its_ids(pipelined, sandbox_ids):
