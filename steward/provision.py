@@ -129,7 +129,7 @@ def open_verified(staging_fd: int, name: str, digest: bytes, *, shown: str) -> i
             raise Refused(shown, f"has mode {stat.S_IMODE(info.st_mode):04o}; a launcher must be 0500")
         if info.st_nlink != 1:
             raise Refused(shown, f"has {info.st_nlink} links; a launcher has exactly one")
-        if sha256_of_fd(fd) != digest:
+        if sha256_of_fd(fd, hashlib.sha256) != digest:
             raise Refused(shown, "does not match the shipped launcher's SHA-256")
     except BaseException:
         os.close(fd)
