@@ -40,7 +40,7 @@ from executor.capability import open_capability
 from executor.cases.service import CANDIDATE, RUNNER, SITE, VERIFIER, Blocked, CaseRun, CaseService, Trees, check_materializable
 from executor.cli.config import Config
 from executor.evidence.evaluate import Expected, Report, evaluate
-from executor.cli.frontend import InternalFailure
+from executor.cli.frontend import InternalFailure, is_interrupt
 from executor.inputs import read_capped
 from executor.inside import LIBRARIES, modules
 from executor.cases.ownership import CASE_SERVICE, PREPARER, DirectoryCapability, Gate
@@ -456,7 +456,7 @@ def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index
         if not closing:
             # Clean up and retire all the same, then report what went wrong: INTERRUPTED for Ctrl-C or
             # SIGTERM (a daemon's session has no such call and is abandoned), SESSION_ABANDONED otherwise.
-            interrupt = getattr(session, "interrupt", None) if isinstance(error, KeyboardInterrupt) else None
+            interrupt = getattr(session, "interrupt", None) if is_interrupt(error) else None
             try:
                 (interrupt or session.abandon)()
             except Exception:

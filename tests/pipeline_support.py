@@ -163,3 +163,14 @@ class FakeSession:
         for fd in self.capabilities.values():
             os.close(fd)
         self.capabilities = {}
+
+
+def interrupt_while_a_class_is_made() -> None:
+    """What the main thread raises when Ctrl-C's or SIGTERM's KeyboardInterrupt lands while a class is created
+    (a module that defines a dataclass, imported late): on Python 3.11 a RuntimeError the interrupt caused."""
+
+    class Interrupting:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise KeyboardInterrupt
+
+    type("Holder", (), {"field": Interrupting()})

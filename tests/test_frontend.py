@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from pipeline_support import interrupt_while_a_class_is_made
 
 from executor.cli import main
 from executor.cli.frontend import InternalFailure, run_command
@@ -122,6 +123,19 @@ def test_interrupt_is_exit_130(capsys):
 
     def interrupted() -> int:
         raise KeyboardInterrupt
+
+    assert run_command(interrupted, debug=False) == 130
+    assert capsys.readouterr().err == "casebox: interrupted.\n"
+
+
+def test_an_interrupt_the_interpreter_wrapped_is_still_exit_130(capsys):
+    """F1: SIGTERM (a cancelled CI job) that lands while a class is made reaches the command as the error Python
+    3.11 raises in its place (a RuntimeError caused by it); it is still an interrupt, exit 130, not an internal
+    error (exit 70)."""
+
+    def interrupted() -> int:
+        interrupt_while_a_class_is_made()
+        return 0
 
     assert run_command(interrupted, debug=False) == 130
     assert capsys.readouterr().err == "casebox: interrupted.\n"

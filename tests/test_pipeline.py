@@ -8,7 +8,7 @@ import os
 import pathlib
 
 import pytest
-from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
+from pipeline_support import BINDING, RUNTIME, FakeSession, interrupt_while_a_class_is_made, outcome
 
 from executor.transport import pack
 from executor.cases.service import (
@@ -391,12 +391,26 @@ def test_a_shard_is_judged_on_its_own_cases(tmp_path):
 # --- a failure mid-attempt ------------------------------------------------------------------------
 
 
+def demo_attempt(tmp_path):
+    """An attempt of the demo plan over a stand-in bundle and an empty verifier tree, for a faked session."""
+    from executor.attempt import Attempt
+
+    (tmp_path / "plan.json").write_bytes((REPO / "examples" / "plan.json").read_bytes())
+    (tmp_path / "bundle.tar").write_bytes(b"bundle bytes")
+    (tmp_path / "verifier").mkdir()
+    return Attempt(
+        bundle=str(tmp_path / "bundle.tar"), sha256=hashlib.sha256(b"bundle bytes").hexdigest(), plan=str(tmp_path / "plan.json"),
+        verifier_tree=str(tmp_path / "verifier"), attempt_id="run-1", evidence=str(tmp_path / "evidence"),
+        index=str(REPO / "examples" / "index"),
+    )
+
+
 def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(tmp_path, monkeypatch):
     """C5 for the client: a session that cannot go on is still cleaned up and retired (abandoned), never left open."""
     import executor.attempt as verification
     from executor.cli.config import Config
     from executor.cli.frontend import InternalFailure
-    from executor.attempt import Attempt, run_attempt
+    from executor.attempt import run_attempt
     from steward.failure import SandboxFailure
 
     session = FakeSession(tmp_path / "s")
@@ -408,19 +422,37 @@ def test_a_failure_after_the_session_opened_abandons_it_and_leaves_no_evidence(t
     session.create_output = create_output
     session.abandon = lambda: calls.append("abandon")
     monkeypatch.setattr(verification.sessions, "open_session", lambda config, attempt_id, embedded=False: session)
-    data = (REPO / "examples" / "plan.json").read_bytes()
-    (tmp_path / "plan.json").write_bytes(data)
-    (tmp_path / "bundle.tar").write_bytes(b"bundle bytes")
-    (tmp_path / "verifier").mkdir()
-    request = Attempt(
-        bundle=str(tmp_path / "bundle.tar"), sha256=hashlib.sha256(b"bundle bytes").hexdigest(), plan=str(tmp_path / "plan.json"),
-        verifier_tree=str(tmp_path / "verifier"), attempt_id="run-1", evidence=str(tmp_path / "evidence"),
-        index=str(REPO / "examples" / "index"),
-    )
+    request = demo_attempt(tmp_path)
     with pytest.raises(InternalFailure, match="^the host refused the output mount$"):
         run_attempt(Config(state_root=str(tmp_path / "state")), request, progress=Progress(quiet=True))
     assert calls == ["abandon"] and not (tmp_path / "evidence").exists()
     assert set(session.capabilities) == {"verifier", "index", "bundle", "tools"}
+    session.release()
+
+
+def test_an_interrupt_that_lands_while_a_class_is_made_retires_the_session_as_interrupted(tmp_path, monkeypatch):
+    """C5 for the client, with F1: SIGTERM that lands while a module defining a dataclass is first imported
+    reaches the attempt as the RuntimeError Python 3.11 raises in its place; the session is still retired as
+    interrupted, never abandoned as a failure, and the command sees an interrupt."""
+    import executor.attempt as verification
+    from executor.cli.config import Config
+    from executor.cli.frontend import is_interrupt
+    from executor.attempt import run_attempt
+
+    session = FakeSession(tmp_path / "s")
+    calls = []
+
+    def create_output(name, **limits):
+        interrupt_while_a_class_is_made()
+
+    session.create_output = create_output
+    session.abandon = lambda: calls.append("abandon")
+    session.interrupt = lambda: calls.append("interrupt")
+    monkeypatch.setattr(verification.sessions, "open_session", lambda config, attempt_id, embedded=False: session)
+    request = demo_attempt(tmp_path)
+    with pytest.raises(BaseException) as raised:
+        run_attempt(Config(state_root=str(tmp_path / "state")), request, progress=Progress(quiet=True))
+    assert is_interrupt(raised.value) and calls == ["interrupt"] and not (tmp_path / "evidence").exists()
     session.release()
 
 

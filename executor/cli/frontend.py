@@ -65,6 +65,19 @@ def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def is_interrupt(error: BaseException) -> bool:
+    """Whether ``error`` is Ctrl-C or SIGTERM (a KeyboardInterrupt, see :func:`interrupt_on_sigterm`), or an error
+    the interpreter raised in its place. An interrupt lands wherever the main thread is, and Python 3.11 wraps
+    an exception from a descriptor's ``__set_name__`` in a RuntimeError caused by it: an interrupt that lands
+    while a module defining a dataclass is first imported reaches the command as such an error."""
+    seen = 0
+    while error is not None and seen < 16:  # a chain of causes, bounded: code may set a cycle by hand
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        error, seen = error.__cause__, seen + 1
+    return False
+
+
 def interrupt_on_sigterm() -> None:
     """SIGTERM (a cancelled CI job, a service stop) ends the command as Ctrl-C does: what it opened is closed on
     the way out (an embedded session is retired INTERRUPTED), then exit 130."""
@@ -104,6 +117,11 @@ def _say_internal(text: str, *, debug: bool) -> int:
     return EXIT_INTERNAL
 
 
+def _say_interrupted() -> int:
+    print("casebox: interrupted.", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
 def run_command(handler: Callable[[], int], *, debug: bool) -> int:
     try:
         code = handler()
@@ -118,14 +136,15 @@ def run_command(handler: Callable[[], int], *, debug: bool) -> int:
         print(f"casebox: {sentence}{'' if sentence.endswith('.') else '.'}", file=sys.stderr)
         return EXIT_NOPERM
     except KeyboardInterrupt:
-        print("casebox: interrupted.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _say_interrupted()
     except BrokenPipeError:
         # The reader of stdout went away; point stdout at /dev/null so the
         # interpreter's final flush cannot fail a second time.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return _say_internal("standard output was closed before the answer was written.", debug=debug)
     except Exception as error:  # the one place an unexpected error becomes exit 70
+        if is_interrupt(error):
+            return _say_interrupted()
         detail = str(error) or type(error).__name__
         return _say_internal(
             f"internal error: {type(error).__name__}: {detail} (rerun with --debug for a traceback).", debug=debug
