@@ -179,19 +179,15 @@ def _each_process(read: Callable[[int, str], object]) -> Iterator[tuple[int, obj
         os.close(proc_fd)
 
 
-def _files_of_one_process(files: tuple[str, ...]) -> Callable[[int, str], list[str] | None]:
-    """A read of ``files`` through a descriptor of the process's own ``/proc/PID`` directory, so they all come
-    from that one process."""
-
-    def read(proc_fd: int, name: str) -> list[str] | None:
-        pid_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc_fd)
-        try:
-            texts = [_read(file, dir_fd=pid_fd) for file in files]
-        finally:
-            os.close(pid_fd)
-        return texts if all(texts) else None
-
-    return read
+def _stat_and_status(proc_fd: int, name: str) -> tuple[str, str] | None:
+    """Both files read through a descriptor of the process's own ``/proc/PID`` directory, so they come from
+    that one process."""
+    pid_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc_fd)
+    try:
+        texts = (_read("stat", dir_fd=pid_fd), _read("status", dir_fd=pid_fd))
+    finally:
+        os.close(pid_fd)
+    return texts if all(texts) else None
 
 
 def _stat(proc_fd: int, name: str) -> str | None:
@@ -203,7 +199,7 @@ def _stat(proc_fd: int, name: str) -> str | None:
 def scan() -> list[Entry]:
     """Every process of the host (stat and status)."""
     found = []
-    for pid, (stat_text, status_text) in _each_process(_files_of_one_process(("stat", "status"))):
+    for pid, (stat_text, status_text) in _each_process(_stat_and_status):
         ppid, pgid, starttime = parse_stat(stat_text)
         state = stat_text[stat_text.rindex(")") + 2:].split(" ", 1)[0]
         found.append(Entry(pid, ppid, pgid, starttime, state, _ids(status_text, "Uid:"), _ids(status_text, "Gid:")))
