@@ -3,10 +3,10 @@
 - pid 1 sets its own ``oom_score_adj`` to -1000 while it is root, so the OOM
   killer never chooses it. That takes CAP_SYS_RESOURCE, which a host may
   withhold even from root (the development VM does); pid 1 then keeps its
-  score. Either way each op raises its own to 1000 before it execs
-  (``make_killable_first``), which needs no privilege: an op is always the
-  OOM killer's first choice, pid 1 its last. pid 1 is outside the ops
-  cgroup besides, so the memory cap's OOM killer never sees it (S14).
+  score. Each op is given ``OOM_SCORE_ADJ_MAX`` by the steward before its
+  release (steward.starter), never by itself: an op is always the OOM
+  killer's first choice, pid 1 its last. pid 1 is outside the ops cgroup
+  besides, so the memory cap's OOM killer never sees it (S14).
 - pid 1 joins a fresh, empty session keyring while it is root: no op ever
   possesses the caller's session keyring or its keys.
 - After the drop, pid 1 makes sure the dedicated UID's two base keyrings exist
@@ -17,8 +17,6 @@
 """
 
 from __future__ import annotations
-
-import prctl
 
 from launcher import syscalls
 
@@ -41,16 +39,6 @@ def exempt_from_oom_killer() -> bool:
     except PermissionError:
         return False
     return True
-
-
-def make_killable_first() -> None:
-    """In an op's child, before its exec: the highest OOM score. /proc/self is root's while the process is not
-    dumpable, so it is made dumpable for the write and undumpable again (its exec decides it afterwards)."""
-    prctl.set_dumpable(True)
-    try:
-        _write_own("oom_score_adj", str(OOM_SCORE_ADJ_MAX))
-    finally:
-        prctl.set_dumpable(False)
 
 
 def join_fresh_session_keyring() -> None:

@@ -29,7 +29,7 @@ import os
 import select
 import time
 
-from launcher import kernel, limits, syscalls
+from launcher import limits, syscalls
 from launcher.protocol import MAX_OUTPUT_CAP
 
 _READ = 1 << 16
@@ -93,8 +93,6 @@ def _child(fields: dict, release: int, stdout: int, stderr: int, report: int, op
         os.setpgid(0, 0)
         # "0" moves the writer: v1 moves this thread alone, without the global lock a process move waits on.
         os.write(op_cgroup, b"0")
-        step = "oom_score"
-        kernel.make_killable_first()
         step = "release"
         if os.read(release, 1) != _RELEASE:
             os._exit(126)

@@ -133,6 +133,18 @@ class ProcessHandle:
             return True
         return parse_stat(text)[2] != self.starttime
 
+    def set_oom_score(self, score: int) -> None:
+        """Write ``score`` as the process's ``oom_score_adj`` through its own directory, so it reaches this process
+        and no other. Written by a process holding CAP_SYS_RESOURCE, the score is also the floor below which the
+        process, and whatever it forks, can never set its own again (proc(5))."""
+        if self._fd is None:
+            raise ValueError("the process handle is closed")
+        fd = os.open("oom_score_adj", os.O_WRONLY | os.O_CLOEXEC, dir_fd=self._fd)
+        try:
+            os.write(fd, str(score).encode("ascii"))
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None

@@ -33,6 +33,7 @@ from typing import Callable
 
 from journal.errors import Refused
 from launcher import drop, limits, protocol, seccomp, seqpacket, vocabulary
+from launcher.kernel import OOM_SCORE_ADJ_MAX
 from launcher.environment import forbidden_variable
 from launcher.protocol import Channel, ProtocolError
 from steward import cgroups, dedicated, procfs, provision
@@ -576,6 +577,7 @@ class Sandbox:
         except (OSError, LookupError) as error:
             raise ProtocolError(f"the op child cannot be identified: {error}") from None
         self.ledger.process_intent(op_id, "descendant", found.pid, found.starttime, found.pgid)
+        self._make_killable_first(found)
         self.channel.ack(message)
         self.ledger.process_released(op_id)
         if while_running is not None:
@@ -606,6 +608,24 @@ class Sandbox:
             stderr_truncated=fields["stderr_truncated"],
             op_id=op_id,
         )
+
+    @staticmethod
+    def _make_killable_first(found: procfs.Identity) -> None:
+        """S14: the op child, still blocked on its release, gets the highest OOM score from us, not from itself.
+
+        pid 1 exempted itself (-1000) while it was root, and a child inherits that floor with the score, so a
+        score the op set itself it could lower again to -1000 and be spared by the OOM killer. Written by the
+        steward, where it holds CAP_SYS_RESOURCE, 1000 is the op's floor too: nothing the op starts can lower
+        it. Where the steward lacks that capability pid 1 could not exempt itself either, and the op may go
+        down only to the floor it inherited, pid 1's own score."""
+        try:
+            handle = procfs.ProcessHandle.open(found.pid, found.starttime)
+            try:
+                handle.set_oom_score(OOM_SCORE_ADJ_MAX)
+            finally:
+                handle.close()
+        except (OSError, LookupError) as error:
+            raise ProtocolError(f"the op child's OOM score cannot be set: {error}") from None
 
     # -- teardown ----------------------------------------------------------
 

@@ -51,8 +51,8 @@ def _init_status(ledger: RecordingLedger, sandbox_id: str) -> int:
 @pytest.mark.usefixtures("contained")
 def test_a_tmpfs_fill_past_the_memory_cap_is_memory_and_pid_1_lives(sandbox_ids, state_root):
     """S14: tmpfs pages are charged to no process, so the OOM killer must choose among the op's processes: the
-    op runs in the ops cgroup, which alone carries the cap, and pid 1 does not, so even an op that lowered its
-    own OOM score is the one killed. A /tmp larger than the memory cap, filled, is MEMORY (never exit 70),
+    op runs in the ops cgroup, which alone carries the cap, and pid 1 does not, so even an op that tried to
+    lower its own OOM score is the one killed. A /tmp larger than the memory cap, filled, is MEMORY (never exit 70),
     pid 1 answers the next ops, and it exits 0 at SHUTDOWN."""
     ledger = RecordingLedger()
     with start(sandbox_ids, state_root, limits=Limits(memory_bytes=48 * MIB, tmp_bytes=256 * MIB), ledger=ledger) as sandbox:
@@ -104,19 +104,38 @@ def test_tcp_buffers_beyond_the_memory_cap_are_not_ok(sandbox_ids, state_root):
     assert result.limit == "MEMORY", result
 
 
+# The op's score as it execs, then each lower score it tries and is refused (EACCES).
+LOWER_OOM_SCORE = """
+import os
+print(open('/proc/self/oom_score_adj').read().strip())
+for score in ('-1000', '0', '999'):
+    fd = os.open('/proc/self/oom_score_adj', os.O_WRONLY)
+    try:
+        os.write(fd, score.encode())
+    except PermissionError:
+        print(score)
+    finally:
+        os.close(fd)
+"""
+
+
 @pytest.mark.usefixtures("contained")
 def test_an_op_is_the_oom_killers_first_choice_and_pid_1_its_last(sandbox_ids, state_root):
-    """S14: every op raises its own oom_score_adj to 1000 before it execs (no privilege needed); pid 1 sets its
-    own to -1000 where the host grants CAP_SYS_RESOURCE, and keeps its score where it does not."""
+    """S14: the steward gives every op oom_score_adj 1000 before its release, and where it holds
+    CAP_SYS_RESOURCE that is also the op's floor, so an op cannot lower it. (An op once raised its own score,
+    and could lower it again to the -1000 it inherited from an exempt pid 1; at the memory cap the OOM killer
+    then found no one to kill, as Ubuntu 24.04's kernel showed.) pid 1 sets its own score to -1000 where the
+    host grants CAP_SYS_RESOURCE and keeps it where it does not; an op there may lower its own to pid 1's."""
     with start(sandbox_ids, state_root) as sandbox:
         with open(f"/proc/{sandbox.init_pid}/oom_score_adj") as file:
             pid_1 = int(file.read())
-        result = sandbox.run(["/usr/bin/cat", "/proc/self/oom_score_adj"], env={}, timeout_ms=10_000, stdout_cap=64, stderr_cap=64)
-    assert result.stdout == b"1000\n"
+        result = sandbox.run([PYTHON, "-c", LOWER_OOM_SCORE], env={}, timeout_ms=10_000, stdout_cap=256, stderr_cap=4096)
     with open("/proc/self/status") as status:
         bounding = int(next(line for line in status if line.startswith("CapBnd:")).split()[1], 16)
     may_exempt = bool(bounding & (1 << 24))  # CAP_SYS_RESOURCE
     assert pid_1 == (kernel.OOM_SCORE_ADJ_MIN if may_exempt else 0)
+    floor = kernel.OOM_SCORE_ADJ_MAX if may_exempt else pid_1
+    assert result.stdout.decode().split() == ["1000", *(score for score in ("-1000", "0", "999") if int(score) < floor)], result
 
 
 @pytest.mark.usefixtures("contained")
