@@ -20,8 +20,6 @@ with the reason first), 2 when the channel failed or the starter broke the
 protocol.
 """
 
-from __future__ import annotations
-
 import _socket
 import os
 import sys

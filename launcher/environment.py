@@ -8,8 +8,6 @@ it to every op and the trusted side to every subprocess. It imports nothing:
 the launcher's start path stays on C modules.
 """
 
-from __future__ import annotations
-
 FORBIDDEN_PREFIXES = ("GIT_", "ACTIONS_")
 CREDENTIAL_WORDS = ("TOKEN", "SECRET", "PASSW", "CREDENTIAL", "APIKEY", "API_KEY", "PRIVATE", "AUTH", "COOKIE", "SESSION")
 

@@ -16,8 +16,6 @@
   key call (S12).
 """
 
-from __future__ import annotations
-
 from launcher import syscalls
 
 OOM_SCORE_ADJ_MIN = -1000

@@ -8,8 +8,6 @@ candidate's). How each class is observed is in docs/launcher.md ("Limit
 classes").
 """
 
-from __future__ import annotations
-
 import resource
 
 from launcher.vocabulary import CLASSES

@@ -15,8 +15,6 @@ nosuid, nodev and noexec. No path is ever looked up: the starter opened each
 directory, and only descriptors travel.
 """
 
-from __future__ import annotations
-
 import os
 import stat
 

@@ -6,8 +6,6 @@ driving the namespace from the long-lived side (loopback_up_ms); the ioctl
 costs microseconds and needs no import, so it is the one used.
 """
 
-from __future__ import annotations
-
 import _socket
 import _struct
 import fcntl

@@ -21,8 +21,6 @@ holds nothing else) before any wait that blocks, so no op can stall it
 waitpid(-1), and it reports raw wait statuses only.
 """
 
-from __future__ import annotations
-
 import _signal
 import errno
 import os

@@ -23,8 +23,6 @@ The launcher side runs with ``python -I -S`` and imports only C modules here
 (and launcher/seqpacket.py, the transport it shares with the steward protocol).
 """
 
-from __future__ import annotations
-
 import _struct
 
 from launcher import seqpacket

@@ -12,8 +12,6 @@ the seals and the digest. The memfd has no other use and is closed before the
 drop.
 """
 
-from __future__ import annotations
-
 import fcntl
 import os
 import _signal

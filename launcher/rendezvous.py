@@ -11,8 +11,6 @@ and one OUTPUT per writable one, then SETUP_END. Descriptors arrive only with
 the message that names them.
 """
 
-from __future__ import annotations
-
 import _socket
 import os
 

@@ -19,8 +19,6 @@ x86_64, arm32 on aarch64) kills the process: libseccomp's bad-architecture
 action, and its x32 test on x86_64, in the built program.
 """
 
-from __future__ import annotations
-
 import _struct
 import errno
 import os

@@ -8,8 +8,6 @@ gone, every received descriptor close-on-exec and closed again when the
 datagram is refused.
 """
 
-from __future__ import annotations
-
 import _socket
 import _struct
 import os

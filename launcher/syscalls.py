@@ -11,8 +11,6 @@ A failed call raises ``OSError`` whose errno is the kernel's and whose message
 names the call.
 """
 
-from __future__ import annotations
-
 import os
 
 import _cffi_backend

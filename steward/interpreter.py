@@ -21,7 +21,7 @@ import sys
 
 from steward.failure import SandboxFailure
 
-LAUNCHER_MODULES = ("prctl", "_prctl", "_cffi_backend")
+LAUNCHER_MODULES = ("_prctl", "_cffi_backend")
 
 
 @dataclasses.dataclass

@@ -51,7 +51,7 @@ def allowed(name: str, prefixes: tuple[str, ...], packages: tuple[str, ...]) -> 
 # package directory -> (casebox modules it may import, third-party packages it may import)
 LIMITS = {
     "journal": (("journal",), ()),
-    "launcher": (("launcher",), ("prctl", "_cffi_backend", "cffi")),
+    "launcher": (("launcher",), ("_prctl", "_cffi_backend", "cffi")),
     "steward": (("journal", "launcher", "steward", "executor.capability"), ("psutil", "pyroute2")),
     "executor/evidence": (
         ("executor.evidence", "executor.plan", "journal", "launcher.vocabulary", "executor.VERSION", "launcher"), ()),
@@ -88,3 +88,23 @@ def test_the_vocabulary_imports_nothing():
     nothing at all, not even the stdlib."""
     tree = ast.parse((REPO / "launcher" / "vocabulary.py").read_text())
     assert [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))] == []
+
+
+def test_the_launcher_loads_no_module_it_does_not_call():
+    """S1/S3 cost (issue 14): each sandbox starts two interpreters that import the launcher, so what they load is
+    paid per case. Everything pid 1 imports loads python-prctl's C module but not its wrapper (which builds a
+    property per capability name), and no ``__future__`` (a module read from disk, for annotations that Python
+    3.11 evaluates as they are). Red when a launcher module imports either again."""
+    import _prctl
+
+    probe = (
+        "import sys; sys.path[:0] = sys.argv[1:]; import launcher.__main__; "
+        "from launcher import drop, kernel, limits, mounts, network, ops, reexec, rendezvous, seccomp; "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    import_dir = str(pathlib.Path(_prctl.__file__).parent)
+    loaded = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe, str(REPO), import_dir], capture_output=True, text=True, check=True,
+    ).stdout.split()
+    assert "launcher.drop" in loaded and "_prctl" in loaded and "_cffi_backend" in loaded
+    assert [name for name in loaded if name in ("prctl", "__future__")] == []
