@@ -306,6 +306,97 @@ def test_an_atexit_forge_in_a_candidate_used_only_through_a_subprocess_is_not_a_
     assert status(output)[0] in ("FAIL", "UNVERIFIED") and result.returncode in (1, 3), output
 
 
+# The verifier's test judging the candidate's output with a check of its own, in a second interpreter: a process
+# of the runner's side, which imports nothing of the candidate's by design.
+CHECKED_VERIFIER_TEST = '''"""The verifier's test: the candidate through a subprocess, its output judged by the verifier's own checker."""
+import subprocess
+import sys
+
+CHECK = "import sys; sys.exit(0 if sys.argv[1:] == ['4'] else 1)"
+
+
+def test_two_and_two():
+    out = subprocess.run([sys.executable, "-m", "calc", "2", "2"], capture_output=True, text=True, timeout=60)
+    check = subprocess.run([sys.executable, "-c", CHECK, *out.stdout.split()], timeout=60)
+    assert check.returncode == 0, out.stdout + out.stderr
+'''
+STARTUP_FORGE = "import os\nos._exit(0)\n"
+
+
+def test_the_honest_candidate_fails_the_verifiers_own_checker(world, casebox, tmp_path):
+    """The baseline of the two startup-hook attacks below: the checker process sees 5 and the case is FAIL."""
+    result, output = verify(world, casebox, tmp_path, [calc(tmp_path / "w")], tests={"test_calc.py": CHECKED_VERIFIER_TEST})
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
+RUNNER_FORGE = '''import atexit, os, sys
+
+
+def forge():
+    report = next(arg for arg in sys.argv if arg.startswith("--junitxml=")).split("=", 1)[1]
+    with open(report, "w") as junit:
+        junit.write('<testsuites><testsuite name="x" tests="1"><testcase name="t"/></testsuite></testsuites>')
+    os._exit(0)
+
+
+atexit.register(forge)
+'''
+
+
+@pytest.mark.parametrize(
+    "module, path, forge",
+    [("usercustomize", "usercustomize.py", STARTUP_FORGE), ("sitecustomize", "sitecustomize.py", STARTUP_FORGE),
+     ("org", "org/__init__.py", RUNNER_FORGE + "raise ImportError('no Jython here')\n")],
+)
+def test_a_candidate_module_the_standard_library_imports_when_present_is_refused(world, casebox, tmp_path, module, path, forge):
+    """E7: the standard library imports some modules it does not ship whenever it finds one on the search path,
+    and the candidate's tree is on that path: ``site`` its startup hooks ``sitecustomize`` and ``usercustomize``
+    in every interpreter started without -S, ``copy`` and ``pickle`` Jython's ``org`` as the runner loads. A
+    candidate's copy would run inside the verifier's own processes, which import nothing of the candidate's:
+    the checker (exit 0), or the runner itself (a forged junit report and exit 0). So those names are refused
+    like a stdlib module's: UNVERIFIED, candidate_shadows_stdlib, naming the module. Without the refusal,
+    sitecustomize and org get their PASS (the sandbox's Debian stdlib has only a link into the host's /etc,
+    which the sandbox lacks) and usercustomize a FAIL, since PYTHONNOUSERSITE (below) also stops it."""
+    hostile = calc(tmp_path / "w", files={path: forge})
+    result, output = verify(world, casebox, tmp_path, [hostile], tests={"test_calc.py": CHECKED_VERIFIER_TEST})
+    assert status(output) == ("UNVERIFIED", "candidate_shadows_stdlib"), output
+    assert f"installs the top-level module {module}, which the standard library imports when it finds one" in output
+
+
+PLANT_USER_SITE = '''import os, site, sys
+directory = site.getusersitepackages()
+os.makedirs(directory, exist_ok=True)
+with open(os.path.join(directory, "forge.pth"), "w") as pth:
+    pth.write("import os; os._exit(0)\\n")
+print(int(sys.argv[1]) + int(sys.argv[2]) + 1)
+'''
+
+
+def test_a_user_site_the_candidate_plants_in_home_never_loads_into_the_verifiers_checker(world, casebox, tmp_path):
+    """E7: HOME is the case's writable /work, so the candidate's process can write a ``.pth`` into the user site
+    directory there, which ``site`` executes in every later interpreter of the case, the verifier's checker
+    among them. The case environment sets PYTHONNOUSERSITE, so no interpreter of a case reads the user site:
+    FAIL, as the honest candidate; PASS without the guard."""
+    hostile = calc(tmp_path / "w", files={"calc/__main__.py": PLANT_USER_SITE})
+    result, output = verify(world, casebox, tmp_path, [hostile], tests={"test_calc.py": CHECKED_VERIFIER_TEST})
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
+
+
+def test_a_hypothesis_entry_point_in_the_candidate_never_runs_in_the_runner(world, casebox, tmp_path):
+    """E7: importing hypothesis runs every function any distribution on the search path registers under the
+    "hypothesis" entry point group, and the runner's hypothesis plugin imports hypothesis (at the session's end
+    at the latest), so a candidate registering one would run its code inside the runner, forging its report and
+    exit, though the verifier's test imports nothing of the candidate's. Every case runs with
+    HYPOTHESIS_NO_PLUGINS set: FAIL, as the honest candidate; PASS without the guard."""
+    hostile = calc(tmp_path / "w", files={"calc/forge.py": RUNNER_FORGE + "\n\ndef hook():\n    pass\n"}, entry_points="[hypothesis]\nforge = calc.forge:hook\n")
+    case = {"id": "sum", "op": "pytest", "args": ["tests/test_calc.py"], "applicable": True, "expect_exit": 0, "limits": {"timeout_ms": 120_000}}
+    plan = {"schema": "casebox.plan.v2", "runner": ["pytest>=8", "hypothesis"], "plugins": ["hypothesispytest"], "cases": [case]}
+    result, output = verify(world, casebox, tmp_path, [hostile], plan=plan)
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
 # --- E8: candidate text on the terminal, in the CI log, in the replay -------------------------------------
 
 
@@ -395,5 +486,8 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_the_search_path_is_stdlib_then_runner_then_candidate_in_a_real_sandbox",
         "test_the_candidate_cannot_ptrace_the_runner_to_forge_its_exit",
         "test_an_atexit_forge_in_a_candidate_used_only_through_a_subprocess_is_not_a_pass",
+        "test_a_candidate_module_the_standard_library_imports_when_present_is_refused",
+        "test_a_user_site_the_candidate_plants_in_home_never_loads_into_the_verifiers_checker",
+        "test_a_hypothesis_entry_point_in_the_candidate_never_runs_in_the_runner",
         "test_hostile_metadata_and_requirements_reach_the_terminal_escaped",
     } <= names

@@ -559,11 +559,12 @@ def test_the_runner_and_the_candidate_are_installed_and_sealed_apart(tmp_path):
     [
         ({"_pytest/__init__.py": ""}, {"demo_app/__init__.py": ""}, "candidate_shadows_runner"),
         ({"pytest/__init__.py": ""}, {"demo_app/__init__.py": "", "json/__init__.py": ""}, "candidate_shadows_stdlib"),
+        ({"pytest/__init__.py": ""}, {"demo_app/__init__.py": "", "sitecustomize.py": ""}, "candidate_shadows_stdlib"),
     ],
 )
 def test_the_sealed_trees_listing_applies_the_shadowing_rule(tmp_path, runner_files, site_files, code):
-    """E7: a candidate module named like one the sealed runner holds, or a stdlib module found in the sealed
-    candidate tree (whatever the resolver said), blocks every case with its code."""
+    """E7: a candidate module named like one the sealed runner holds, or a stdlib module or a startup hook of
+    ``site`` found in the sealed candidate tree (whatever the resolver said), blocks every case with its code."""
     modules = {"demo-app": ("demo_app", "_pytest")}
     answer = _installed({"runner": runner_files, "site": site_files})
     session = FakeSession(tmp_path / "s", answer)

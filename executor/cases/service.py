@@ -86,7 +86,18 @@ SITE_MAX_INODES = 65_536
 REPORT_OUTPUT_BYTES = 2 * MIB
 ENTRY_POINTS_MAX_BYTES = 64 * KIB
 PYTEST_PLUGINS = "pytest11"
-CASE_ENV = {**SANDBOX_ENV, "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+# Three ways the candidate's code could enter the runner's process, or another of the verifier's, without a test
+# importing it (E7), each closed: pytest's plugin autoload and hypothesis's, each of which runs the entry points
+# of every distribution on the search path, the candidate's among them; and the user site, which site reads in
+# every interpreter started without -S from HOME, the case's writable /work, where the candidate's process could
+# leave a .pth.
+CASE_ENV = {
+    **SANDBOX_ENV,
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "HYPOTHESIS_NO_PLUGINS": "1",
+    "PYTHONNOUSERSITE": "1",
+}
 # The pytest op's process is the runner. Before any test runs it makes itself non-dumpable, so no process of
 # the same UID (a candidate's subprocess) can ptrace it or read or write its memory (E7), then it runs pytest
 # as ``python -m pytest`` would. Should that step fail it exits 3, pytest's own "internal error": never a

@@ -6,7 +6,11 @@ like a module of either is never imported by the runner. That order is the
 guard; this rule makes the attempt say so instead of running: a candidate
 that ships a project the runner's closure holds, or a top-level module named
 like one of the standard library's or the runner's, is refused, and every
-case is UNVERIFIED with the code as its reason.
+case is UNVERIFIED with the code as its reason. So is a candidate module
+named like one the standard library imports when it finds one, though it
+ships none (``site``'s ``sitecustomize`` and ``usercustomize``, Jython's
+``org`` in ``copy``): the order cannot keep those out, since the first copy
+anywhere on the path is the candidate's.
 
 The rule is applied where each name becomes known: the runner's projects and
 the candidate's modules (as the resolver listed them from the wheels) once
@@ -33,6 +37,16 @@ _PACKAGE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INSTALLED = re.compile(r"[^/]+\.data/(?:purelib|platlib)/(.*)\Z", re.S)
 # An installed tree's own entries that are not modules: metadata, scripts, caches.
 _NOT_MODULES = ("__pycache__", "bin")
+# Top-level modules the standard library imports whenever it finds one, though it ships none: site's startup
+# hooks (in every interpreter started without -S), the apport hook Debian's sitecustomize imports, and the probes
+# for Jython (org, java), VMS and pywin32 in copy, pickle, platform, xml.sax, logging.handlers and distutils.
+# The first copy on the search path would be a candidate's, and would run inside the runner or another process
+# of the verifier's that imports nothing of the candidate's. tests/test_shadowing.py derives the list from the
+# runtime's own sources.
+STDLIB_OPTIONAL_IMPORTS = (
+    "_winreg", "apport_python_hook", "java", "org", "sitecustomize", "usercustomize", "vms_lib",
+    "win32api", "win32con", "win32evtlog", "win32evtlogutil",
+)
 
 
 def modules(names: Iterable[str]) -> list[str]:
@@ -84,6 +98,9 @@ def shadowed(
         module = _first(names, stdlib_modules)
         if module is not None:
             return SHADOWS_STDLIB, f"{owner} installs the top-level module {module}, a module of the standard library"
+        module = _first(names, STDLIB_OPTIONAL_IMPORTS)
+        if module is not None:
+            return SHADOWS_STDLIB, f"{owner} installs the top-level module {module}, which the standard library imports when it finds one"
         module = _first(names, runner_modules)
         if module is not None:
             return SHADOWS_RUNNER, f"{owner} installs the top-level module {module}, a module of the runner"
