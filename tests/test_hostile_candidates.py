@@ -391,9 +391,25 @@ def test_a_hypothesis_entry_point_in_the_candidate_never_runs_in_the_runner(worl
     exit, though the verifier's test imports nothing of the candidate's. Every case runs with
     HYPOTHESIS_NO_PLUGINS set: FAIL, as the honest candidate; PASS without the guard."""
     hostile = calc(tmp_path / "w", files={"calc/forge.py": RUNNER_FORGE + "\n\ndef hook():\n    pass\n"}, entry_points="[hypothesis]\nforge = calc.forge:hook\n")
-    case = {"id": "sum", "op": "pytest", "args": ["tests/test_calc.py"], "applicable": True, "expect_exit": 0, "limits": {"timeout_ms": 120_000}}
-    plan = {"schema": "casebox.plan.v2", "runner": ["pytest>=8", "hypothesis"], "plugins": ["hypothesispytest"], "cases": [case]}
-    result, output = verify(world, casebox, tmp_path, [hostile], plan=plan)
+    result, output = verify(world, casebox, tmp_path, [hostile], plan=HYPOTHESIS_PLAN)
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
+HYPOTHESIS_PLAN = {
+    "schema": "casebox.plan.v2", "runner": ["pytest>=8", "hypothesis"], "plugins": ["hypothesispytest"],
+    "cases": [{"id": "sum", "op": "pytest", "args": ["tests/test_calc.py"], "applicable": True, "expect_exit": 0, "limits": {"timeout_ms": 120_000}}],
+}
+
+
+def test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates(world, casebox, tmp_path):
+    """E7: the runner's hypothesis plugin imports hypothesis at the session's end, and hypothesis imports
+    typing_extensions whenever it finds one; neither the runner's tree nor the standard library holds one, the
+    candidate's wheel does. The runner's boot finds a module of the candidate's own projects only for an import
+    made by the verifier's tests or the candidate's own code, so the candidate's typing_extensions, forging the
+    junit report and exit 0 inside the runner, never loads: FAIL, as the honest candidate; PASS without the
+    guard."""
+    hostile = calc(tmp_path / "w", files={"typing_extensions.py": RUNNER_FORGE})
+    result, output = verify(world, casebox, tmp_path, [hostile], plan=HYPOTHESIS_PLAN)
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
 
@@ -489,5 +505,6 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_a_candidate_module_the_standard_library_imports_when_present_is_refused",
         "test_a_user_site_the_candidate_plants_in_home_never_loads_into_the_verifiers_checker",
         "test_a_hypothesis_entry_point_in_the_candidate_never_runs_in_the_runner",
+        "test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates",
         "test_hostile_metadata_and_requirements_reach_the_terminal_escaped",
     } <= names

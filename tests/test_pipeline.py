@@ -76,8 +76,12 @@ def test_each_op_is_materialized_as_docs_plan_says():
     started by the boot that makes it non-dumpable, loading only the plan's plugins, writing its junit report."""
     assert case_argv("/usr/bin/python3.11", PLAN.cases[1], None) == ["/usr/bin/python3.11", "-S", "-m", "demo_app"]
     assert case_argv("/usr/bin/python3.11", PLAN.cases[2], None) == ["/usr/bin/python3.11", "-S", f"{SITE_PATH}/bin/demo-app", "--flag"]
-    assert case_argv("/usr/bin/python3.11", PLAN.cases[0], "/out/junit-0/junit.xml", ("_hypothesis_pytestplugin",)) == [
-        "/usr/bin/python3.11", "-S", "-c", RUNNER_BOOT, "--junitxml=/out/junit-0/junit.xml",
+    argv = case_argv(
+        "/usr/bin/python3.11", PLAN.cases[0], "/out/junit-0/junit.xml", ("_hypothesis_pytestplugin",),
+        verifier="/cap/tests", candidate_modules=("demo_app", "a_helper"),
+    )
+    assert argv == [
+        "/usr/bin/python3.11", "-S", "-c", RUNNER_BOOT, "/cap/tests", "a_helper,demo_app", "--junitxml=/out/junit-0/junit.xml",
         "-p", "_hypothesis_pytestplugin", "tests/test_x.py",
     ]
     assert "prctl(4, 0" in RUNNER_BOOT and "run_module('pytest'" in RUNNER_BOOT

@@ -72,6 +72,55 @@ def test_a_plugin_the_runner_does_not_hold_is_runner_failed(world, casebox, tmp_
     assert status(output) == ("UNVERIFIED", "runner_failed") and "forge_plugin" in output, output
 
 
+IMPORTING_TESTS = {
+    "conftest.py": "import calc  # noqa: F401\n",
+    "test_calc.py": '''"""The verifier's ways of importing the candidate: directly, or through the standard library."""
+import importlib
+import pickle
+import sys
+import threading
+from unittest import mock
+
+import pytest
+
+
+def test_the_verifier_s_own_imports_find_the_candidate():
+    assert sys.modules["calc"].__file__.startswith("/cap/site/")  # the conftest's import
+    del sys.modules["calc"]
+    assert importlib.import_module("calc").VALUE == 4
+    del sys.modules["calc"]
+    with mock.patch("calc.VALUE", 5):
+        assert sys.modules["calc"].VALUE == 5
+    data = pickle.dumps(sys.modules["calc"].Thing)
+    del sys.modules["calc"]
+    assert pickle.loads(data).__name__ == "Thing"
+    del sys.modules["calc"]
+    found = []
+    thread = threading.Thread(target=lambda: found.append(importlib.import_module("calc")))
+    thread.start()
+    thread.join()
+    assert found and found[0].VALUE == 4
+
+
+def test_an_import_the_runner_s_own_code_makes_does_not_find_the_candidate():
+    del sys.modules["calc"]
+    with pytest.raises(pytest.skip.Exception, match="a module of the candidate"):
+        pytest.importorskip("calc")
+''',
+}
+
+
+def test_the_verifier_s_tests_import_the_candidate_and_the_runner_s_own_code_does_not(world, casebox, tmp_path):
+    """E7: the runner's boot finds a module of the candidate's own projects only for an import made by the
+    verifier's tree (its conftest, its tests, and through the standard library for them: importlib, mock,
+    pickle, a thread) or by the candidate's own code; an import the runner's own code makes (pytest's
+    importorskip) does not find it, with a sentence saying why. PASS; FAIL without the guard, when
+    importorskip finds the candidate, or with a guard that refuses one of the verifier's own ways."""
+    honest = calc(tmp_path / "w", files={"calc/__init__.py": "VALUE = 4\n\n\nclass Thing:\n    pass\n", "calc/__main__.py": HONEST_MAIN})
+    result, output = verify(world, casebox, tmp_path, [honest], tests=IMPORTING_TESTS)
+    assert status(output) == ("PASS", "passed") and result.returncode == 0, output
+
+
 def graph_index(tmp_path):
     index = tmp_path / "index"
     shutil.copytree(EXAMPLES / "index", index)

@@ -99,15 +99,34 @@ CASE_ENV = {
     "PYTHONNOUSERSITE": "1",
 }
 # The pytest op's process is the runner. Before any test runs it makes itself non-dumpable, so no process of
-# the same UID (a candidate's subprocess) can ptrace it or read or write its memory (E7), then it runs pytest
-# as ``python -m pytest`` would. Should that step fail it exits 3, pytest's own "internal error": never a
-# status a case could pass or be blamed with (the evaluator reads it as an incomplete run).
+# the same UID (a candidate's subprocess) can ptrace it or read or write its memory (E7). Its first two
+# arguments, which it takes off argv, are the verifier tree's path and the candidate's own top-level modules:
+# such a module is found only for an import made by code of the verifier's tree or the candidate's, judged by
+# the first frame outside the standard library, so a module the runner imports by itself whenever it finds one
+# (hypothesis imports typing_extensions so) is never the candidate's. Then it runs pytest as ``python -m
+# pytest`` would. Should a step fail it exits 3, pytest's own "internal error": never a status a case could
+# pass or be blamed with (the evaluator reads it as an incomplete run).
 RUNNER_BOOT = (
-    "import ctypes, runpy, sys\n"
+    "import ctypes, os, runpy, sys\n"
     "libc = ctypes.CDLL(None, use_errno=True)\n"
     "if libc.prctl(4, 0, 0, 0, 0) != 0 or libc.prctl(3, 0, 0, 0, 0) != 0:\n"
     "    print('casebox: the runner could not make itself non-dumpable', file=sys.stderr)\n"
     "    sys.exit(3)\n"
+    "verifier, own = sys.argv.pop(1), frozenset(filter(None, sys.argv.pop(1).split(',')))\n"
+    f"importers = (verifier + '/', {SITE_PATH + '/'!r})\n"
+    "transparent = ('<frozen ', os.path.dirname(os.__file__) + '/')\n"
+    "class CandidateModulesForTheirOwnImporters:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if path is not None or name not in own:\n"
+    "            return None\n"
+    "        frame = sys._getframe(1)\n"
+    "        while frame is not None and frame.f_code.co_filename.startswith(transparent):\n"
+    "            frame = frame.f_back\n"
+    "        if frame is not None and frame.f_code.co_filename.startswith(importers):\n"
+    "            return None\n"
+    "        raise ModuleNotFoundError(f'casebox: {name} is a module of the candidate, which only the verifier\\'s"
+    " tests and the candidate\\'s own code may import', name=name)\n"
+    "sys.meta_path.insert(0, CandidateModulesForTheirOwnImporters())\n"
     "runpy.run_module('pytest', run_name='__main__', alter_sys=True)\n"
 )
 
@@ -141,6 +160,8 @@ class Trees:
     site: Sealed | None = None
     runner: Sealed | None = None
     plugins: tuple[str, ...] = ()
+    # The top-level modules of the candidate's own projects, as the resolver listed them from the bundle's wheels.
+    candidate_modules: tuple[str, ...] = ()
     blocked: Blocked | None = None
     runner_blocked: Blocked | None = None
 
@@ -174,15 +195,20 @@ def report_output(index: int) -> str:
     return f"junit-{index}"
 
 
-def case_argv(interpreter: str, case: Case, report: str | None, plugins: Sequence[str] = ()) -> list[str]:
+def case_argv(
+    interpreter: str, case: Case, report: str | None, plugins: Sequence[str] = (), *,
+    verifier: str = f"/cap/{VERIFIER}", candidate_modules: Sequence[str] = (),
+) -> list[str]:
     """The plan's op, materialized (docs/plan.md): no shell, ``-S`` so nothing of the host's site-packages;
-    a pytest case runs the runner's pytest through :data:`RUNNER_BOOT`, loading only the plan's plugins."""
+    a pytest case runs the runner's pytest through :data:`RUNNER_BOOT`, loading only the plan's plugins, with
+    the verifier tree's path and the candidate's own modules for the boot."""
     if case.op == "python-module":
         return [interpreter, "-S", "-m", *case.args]
     if case.op == "console-script":
         return [interpreter, "-S", f"{SITE_PATH}/bin/{case.args[0]}", *case.args[1:]]
     loads = [argument for module in plugins for argument in ("-p", module)]
-    return [interpreter, "-S", "-c", RUNNER_BOOT, f"--junitxml={report}", *loads, *case.args]
+    boot = [RUNNER_BOOT, verifier, ",".join(sorted(candidate_modules))]
+    return [interpreter, "-S", "-c", *boot, f"--junitxml={report}", *loads, *case.args]
 
 
 def search_path(runtime: Runtime, case: Case) -> str:
@@ -383,7 +409,8 @@ class CaseService:
         refusal = shadowed(candidate_modules={"the installed candidate tree": self._listing(SITE)}, stdlib_modules=self.runtime.stdlib_modules)
         if refusal is not None:
             return Trees(blocked=Blocked(*refusal))
-        return Trees(site=installed, runner=sealed_runner, plugins=plugins, runner_blocked=runner_blocked)
+        own = tuple(sorted({module for names in dependencies.modules.values() for module in names}))
+        return Trees(site=installed, runner=sealed_runner, plugins=plugins, candidate_modules=own, runner_blocked=runner_blocked)
 
     # -- cases --------------------------------------------------------------------------------------
 
@@ -430,7 +457,10 @@ class CaseService:
     def _run_case(self, case: Case, binding: Binding, trees: Trees, pipeline: "_CasePipeline") -> tuple[CaseRun, CaseOutput | None]:
         start = pipeline.start_of(case)
         report = start.report
-        argv = case_argv(self.runtime.interpreter, case, f"/out/{report}/{REPORT_NAME}" if report else None, trees.plugins)
+        argv = case_argv(
+            self.runtime.interpreter, case, f"/out/{report}/{REPORT_NAME}" if report else None, trees.plugins,
+            verifier=f"/cap/{self.verifier}", candidate_modules=trees.candidate_modules,
+        )
         cwd = f"/cap/{VERIFIER}" if self.plan.mount is None else "/cap"
         output_cap = min(case.limits.output_kib * KIB, MAX_OUTPUT_CAP)
         result = self._observe(
