@@ -82,7 +82,11 @@ def _install(target: str, mounted: str, wheels: Sequence[str]) -> int:
     to resolve: pip would spend some 0.5 s of each install importing and
     compiling itself (docs/pipeline.md, "Install"). The layout is a venv's:
     modules and ``.data/purelib`` and ``platlib`` in ``site-packages/``
-    (:data:`MODULES_DIRECTORY`), ``data`` at the top, scripts in ``bin/``.
+    (:data:`MODULES_DIRECTORY`), scripts in ``bin/``, and ``data`` in
+    ``data/``, not at the top as in a venv: a case with a verifier mount runs
+    in /cap, where the working directory, first on the search path, would
+    make a top-level ``__init__.py`` of the tree the package ``site`` (or
+    ``runner``) ahead of the standard library.
     Compiled here, once, in sorted order, the
     same wheels give the same bytes: pip's own compile named its random
     temporary directory in every .pyc, so two installs were two trees."""
@@ -96,8 +100,10 @@ def _install(target: str, mounted: str, wheels: Sequence[str]) -> int:
 
     modules = os.path.join(target, MODULES_DIRECTORY)
     os.mkdir(modules, 0o755)
-    scheme = {"purelib": modules, "platlib": modules, "data": target, "scripts": os.path.join(target, "bin"),
-              "headers": os.path.join(target, "include")}
+    scheme = {
+        "purelib": modules, "platlib": modules, "scripts": os.path.join(target, "bin"),
+        "headers": os.path.join(target, "include"), "data": os.path.join(target, "data"),
+    }
     destination = SchemeDictionaryDestination(scheme, interpreter=sys.executable, script_kind="posix")
     for wheel in wheels:
         try:

@@ -59,6 +59,20 @@ def test_a_wheel_is_installed_in_the_target_layout_and_compiled_for_where_cases_
     assert marshal.loads(cached[16:]).co_filename == f"{MOUNTED}/site-packages/demo_lib/__init__.py"
 
 
+def test_a_wheels_data_files_land_in_data_and_never_at_the_top_of_the_tree(tmp_path):
+    """E7: with a verifier mount the cases run in /cap, and the working directory comes first on the search path
+    of every interpreter there, ahead of the standard library: an ``__init__.py`` at the top of the candidate's
+    tree would make /cap/site the package ``site`` to any import of it where ``site`` is not frozen (Python
+    3.9 and 3.10 runtimes, ``-X frozen_modules=off``). A wheel's ``.data/data`` files go to ``data/``, so
+    nothing a wheel holds lands at the top. Red with data at the top."""
+    target = tmp_path / "out"
+    target.mkdir()
+    files = {**MODULE, "demo_lib-1.0.data/data/__init__.py": b"import os\nos._exit(0)\n", "demo_lib-1.0.data/data/share/x.txt": b"x"}
+    assert main(["install", str(target), MOUNTED, wheel(tmp_path, files)]) == 0
+    assert sorted(os.listdir(target)) == ["bin", "data", "site-packages"]
+    assert (target / "data" / "__init__.py").is_file() and (target / "data" / "share" / "x.txt").is_file()
+
+
 def test_two_installs_of_one_wheel_are_the_same_bytes(tmp_path):
     """Issue 14 (5): the same wheel installed twice, in two directories, gives byte-identical trees, so two
     stages or two shards bind one runner inventory digest."""
