@@ -39,12 +39,13 @@ _INSTALLED = re.compile(r"[^/]+\.data/(?:purelib|platlib)/(.*)\Z", re.S)
 _NOT_MODULES = ("__pycache__", "bin")
 # Top-level modules the standard library imports whenever it finds one, though it ships none: site's startup
 # hooks (in every interpreter started without -S), the apport hook Debian's sitecustomize imports, and the probes
-# for Jython (org, java), VMS and pywin32 in copy, pickle, platform, xml.sax, logging.handlers and distutils.
+# for Jython (org, java), VMS and Windows (_wmi, pywin32) in copy, pickle, platform, xml.sax, logging.handlers
+# and distutils.
 # The first copy on the search path would be a candidate's, and would run inside the runner or another process
 # of the verifier's that imports nothing of the candidate's. tests/test_shadowing.py derives the list from the
 # runtime's own sources.
 STDLIB_OPTIONAL_IMPORTS = (
-    "_winreg", "apport_python_hook", "java", "org", "sitecustomize", "usercustomize", "vms_lib",
+    "_winreg", "_wmi", "apport_python_hook", "java", "org", "sitecustomize", "usercustomize", "vms_lib",
     "win32api", "win32con", "win32evtlog", "win32evtlogutil",
 )
 
