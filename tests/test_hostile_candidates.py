@@ -413,6 +413,26 @@ def test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates(w
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
 
+BY_NAME_VERIFIER_TEST = '''"""The verifier's test: the candidate through a subprocess of the interpreter found by name on PATH."""
+import subprocess
+
+
+def test_two_and_two():
+    out = subprocess.run(["python3", "-m", "calc", "2", "2"], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "4", out.stdout + out.stderr
+'''
+
+
+def test_a_candidate_script_named_like_a_system_command_never_stands_in_for_it(world, casebox, tmp_path):
+    """E7: a case's PATH holds the candidate's bin/ ahead of /usr/bin, but a sealed tree's files carry no
+    execute bit, so a console script the candidate names python3 (printing 4 whatever it is asked) is never
+    what the verifier's test runs when it starts python3 by name: the lookup passes over it to /usr/bin, the
+    honest calc runs and the case is FAIL. PASS when sealed files keep an execute bit."""
+    hostile = calc(tmp_path / "w", files={"calc/fake.py": "def main():\n    print(4)\n"}, entry_points="[console_scripts]\npython3 = calc.fake:main\n")
+    result, output = verify(world, casebox, tmp_path, [hostile], tests={"test_calc.py": BY_NAME_VERIFIER_TEST})
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
 # --- E8: candidate text on the terminal, in the CI log, in the replay -------------------------------------
 
 
@@ -506,5 +526,6 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_a_user_site_the_candidate_plants_in_home_never_loads_into_the_verifiers_checker",
         "test_a_hypothesis_entry_point_in_the_candidate_never_runs_in_the_runner",
         "test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates",
+        "test_a_candidate_script_named_like_a_system_command_never_stands_in_for_it",
         "test_hostile_metadata_and_requirements_reach_the_terminal_escaped",
     } <= names
