@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from test_hostile_candidates import CALC_MAIN, calc, status, verify, world  # noqa: F401
+from test_hostile_candidates import CALC_MAIN, VERIFIER_TEST, calc, status, verify, world  # noqa: F401
 from test_verify import EXAMPLES
 from wheelforge import wheel
 
@@ -118,6 +118,17 @@ def test_the_verifier_s_tests_import_the_candidate_and_the_runner_s_own_code_doe
     importorskip finds the candidate, or with a guard that refuses one of the verifier's own ways."""
     honest = calc(tmp_path / "w", files={"calc/__init__.py": "VALUE = 4\n\n\nclass Thing:\n    pass\n", "calc/__main__.py": HONEST_MAIN})
     result, output = verify(world, casebox, tmp_path, [honest], tests=IMPORTING_TESTS)
+    assert status(output) == ("PASS", "passed") and result.returncode == 0, output
+
+
+def test_a_stray_tests_package_in_the_candidate_leaves_the_verifier_s_own_tests_package_to_pytest(world, casebox, tmp_path):
+    """E7: many wheels ship a top-level ``tests`` package by mistake. The verifier's tree holds its own, which
+    pytest imports itself (``tests.test_calc``, its rootdir first on the path); the runner's boot refuses a
+    candidate module to pytest only where the search would find it in the candidate's tree, so the verifier's
+    package still loads: PASS; FAIL (an import error at collection) with a boot that refuses by name alone."""
+    honest = calc(tmp_path / "w", files={"calc/__main__.py": HONEST_MAIN, "tests/__init__.py": "raise SystemExit(0)\n"})
+    tests = {"__init__.py": "", "test_calc.py": VERIFIER_TEST}
+    result, output = verify(world, casebox, tmp_path, [honest], tests=tests)
     assert status(output) == ("PASS", "passed") and result.returncode == 0, output
 
 

@@ -101,9 +101,11 @@ CASE_ENV = {
 # The pytest op's process is the runner. Before any test runs it makes itself non-dumpable, so no process of
 # the same UID (a candidate's subprocess) can ptrace it or read or write its memory (E7). Its first two
 # arguments, which it takes off argv, are the verifier tree's path and the candidate's own top-level modules:
-# such a module is found only for an import made by code of the verifier's tree or the candidate's, judged by
-# the first frame outside the standard library, so a module the runner imports by itself whenever it finds one
-# (hypothesis imports typing_extensions so) is never the candidate's. Then it runs pytest as ``python -m
+# such a module is found in the candidate's tree only for an import made by code of the verifier's tree or the
+# candidate's, judged by the first frame outside the standard library, so a module the runner imports by itself
+# whenever it finds one (hypothesis imports typing_extensions so) is never the candidate's. A name found
+# elsewhere first (the verifier's own tests package, say, beside a candidate's stray one) is left to the usual
+# search. Then it runs pytest as ``python -m
 # pytest`` would. Should a step fail it exits 3, pytest's own "internal error": never a status a case could
 # pass or be blamed with (the evaluator reads it as an incomplete run).
 RUNNER_BOOT = (
@@ -112,8 +114,10 @@ RUNNER_BOOT = (
     "if libc.prctl(4, 0, 0, 0, 0) != 0 or libc.prctl(3, 0, 0, 0, 0) != 0:\n"
     "    print('casebox: the runner could not make itself non-dumpable', file=sys.stderr)\n"
     "    sys.exit(3)\n"
+    "from importlib.machinery import PathFinder\n"
     "verifier, own = sys.argv.pop(1), frozenset(filter(None, sys.argv.pop(1).split(',')))\n"
-    f"importers = (verifier + '/', {SITE_PATH + '/'!r})\n"
+    f"candidate = {SITE_PATH + '/'!r}\n"
+    "importers = (verifier + '/', candidate)\n"
     "transparent = ('<frozen ', os.path.dirname(os.__file__) + '/')\n"
     "class CandidateModulesForTheirOwnImporters:\n"
     "    def find_spec(self, name, path=None, target=None):\n"
@@ -123,6 +127,10 @@ RUNNER_BOOT = (
     "        while frame is not None and frame.f_code.co_filename.startswith(transparent):\n"
     "            frame = frame.f_back\n"
     "        if frame is not None and frame.f_code.co_filename.startswith(importers):\n"
+    "            return None\n"
+    "        spec = PathFinder.find_spec(name)\n"
+    "        places = [] if spec is None else [p for p in (spec.origin, *(spec.submodule_search_locations or ())) if p]\n"
+    "        if not places or not all(place.startswith(candidate) for place in places):\n"
     "            return None\n"
     "        raise ModuleNotFoundError(f'casebox: {name} is a module of the candidate, which only the verifier\\'s"
     " tests and the candidate\\'s own code may import', name=name)\n"
