@@ -43,6 +43,13 @@ def test_two_and_two():
 PLAN = {"schema": "casebox.plan.v1", "cases": [case_doc("sum", "pytest", ["tests/test_calc.py"], 120_000)]}
 
 
+def v2_plan(**settings) -> dict:
+    """A v2 plan of the one ``sum`` pytest case, with these top-level settings (runner, plugins, verifier)."""
+    case = {"id": "sum", "op": "pytest", "args": ["tests/test_calc.py", "-p", "no:cacheprovider"], "applicable": True, "expect_exit": 0,
+            "limits": {"timeout_ms": 180_000, "pids": 128}, "env": {"PYTHONHASHSEED": "0"}}
+    return {"schema": "casebox.plan.v2", **settings, "cases": [case]}
+
+
 def calc(directory: pathlib.Path, *requires: str, files: dict | None = None, **options) -> pathlib.Path:
     """The calc candidate's wheel: the wrong sum, plus whatever the attack adds."""
     return wheel(directory, "calc", "1.0", *requires, files={"calc/__init__.py": "", "calc/__main__.py": CALC_MAIN, **(files or {})}, **options)
@@ -395,10 +402,7 @@ def test_a_hypothesis_entry_point_in_the_candidate_never_runs_in_the_runner(worl
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
 
-HYPOTHESIS_PLAN = {
-    "schema": "casebox.plan.v2", "runner": ["pytest>=8", "hypothesis"], "plugins": ["hypothesispytest"],
-    "cases": [{"id": "sum", "op": "pytest", "args": ["tests/test_calc.py"], "applicable": True, "expect_exit": 0, "limits": {"timeout_ms": 120_000}}],
-}
+HYPOTHESIS_PLAN = v2_plan(runner=["pytest>=8", "hypothesis"], plugins=["hypothesispytest"])
 
 
 def test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates(world, casebox, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from test_hostile_candidates import CALC_MAIN, VERIFIER_TEST, calc, status, verify, world  # noqa: F401
+from test_hostile_candidates import CALC_MAIN, VERIFIER_TEST, calc, status, v2_plan, verify, world  # noqa: F401
 from test_verify import EXAMPLES
 from wheelforge import wheel
 
@@ -39,12 +39,6 @@ def test_both_trees_are_installed_code_to_hypothesis():
     assert not is_local_module_file(_pytest.__file__) and not is_local_module_file(calc.__file__)
 '''
 HONEST_MAIN = "import sys\nprint(int(sys.argv[1]) + int(sys.argv[2]))\n"
-
-
-def v2_plan(**settings) -> dict:
-    case = {"id": "sum", "op": "pytest", "args": ["tests/test_calc.py", "-p", "no:cacheprovider"], "applicable": True, "expect_exit": 0,
-            "limits": {"timeout_ms": 180_000, "pids": 128}, "env": {"PYTHONHASHSEED": "0"}}
-    return {"schema": "casebox.plan.v2", **settings, "cases": [case]}
 
 
 def test_a_runner_that_needs_hypothesis_is_installed_into_the_runner_tree_alone(world, casebox, tmp_path):

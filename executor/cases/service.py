@@ -105,9 +105,9 @@ CASE_ENV = {
 # candidate's, judged by the first frame outside the standard library, so a module the runner imports by itself
 # whenever it finds one (hypothesis imports typing_extensions so) is never the candidate's. A name found
 # elsewhere first (the verifier's own tests package, say, beside a candidate's stray one) is left to the usual
-# search. Then it runs pytest as ``python -m
-# pytest`` would. Should a step fail it exits 3, pytest's own "internal error": never a status a case could
-# pass or be blamed with (the evaluator reads it as an incomplete run).
+# search. Then it runs pytest as ``python -m pytest`` would. Should a step fail it exits 3, pytest's own
+# "internal error": never a status a case could pass or be blamed with (the evaluator reads it as an
+# incomplete run).
 RUNNER_BOOT = (
     "import ctypes, os, runpy, sys\n"
     "libc = ctypes.CDLL(None, use_errno=True)\n"
