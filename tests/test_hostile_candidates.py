@@ -417,6 +417,32 @@ def test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates(w
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
 
+def test_a_module_a_member_name_climbs_to_the_top_of_the_tree_is_refused(world, casebox, tmp_path):
+    """E7: the runner's boot and the shadowing rule know the candidate's modules by the resolver's listing of its
+    wheels' member names, but the installer writes ``calc/../typing_extensions.py`` at the top of the tree, where
+    a listing of ``calc/`` never names it: there the forging typing_extensions of the test above loads into the
+    runner after all. A member name that is not a clean relative path refuses the wheel (resolution ``layout``):
+    UNVERIFIED; PASS without the guard."""
+    hostile = calc(tmp_path / "w", files={"calc/../typing_extensions.py": RUNNER_FORGE})
+    result, output = verify(world, casebox, tmp_path, [hostile], plan=HYPOTHESIS_PLAN)
+    assert status(output)[0] == "UNVERIFIED" and result.returncode == 3, output
+    assert "dependencies unresolved (layout)" in output and "has a '..' segment" in output, output
+
+
+def test_a_candidate_with_more_top_level_modules_than_begin_lists_is_refused_whole(world, casebox, tmp_path):
+    """E7: the resolver's listing of a wheel's modules is bounded (256, what BEGIN may carry). It was cut at the
+    bound, and so was the trusted side's listing of the installed tree: 256 empty modules sorting first hid an
+    ``org`` behind them from both, and Jython's ``org``, which ``copy`` imports as the runner loads, forged the
+    junit report and exit 0 inside the runner. A wheel over the bound is refused whole (resolution ``layout``)
+    and no listing is ever cut: UNVERIFIED; PASS with both listings cut."""
+    padding = {f"aa{number:03d}.py": "" for number in range(256)}
+    org = RUNNER_FORGE + "raise ImportError('no Jython here')\n"
+    hostile = calc(tmp_path / "w", files={"org/__init__.py": org, **padding})
+    result, output = verify(world, casebox, tmp_path, [hostile], tests={"test_calc.py": CHECKED_VERIFIER_TEST})
+    assert status(output)[0] == "UNVERIFIED" and result.returncode == 3, output
+    assert "dependencies unresolved (layout)" in output and "installs 258 top-level modules" in output, output
+
+
 BY_NAME_VERIFIER_TEST = '''"""The verifier's test: the candidate through a subprocess of the interpreter found by name on PATH."""
 import subprocess
 
@@ -532,4 +558,7 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates",
         "test_a_candidate_script_named_like_a_system_command_never_stands_in_for_it",
         "test_hostile_metadata_and_requirements_reach_the_terminal_escaped",
+        "test_a_module_a_member_name_climbs_to_the_top_of_the_tree_is_refused",
+        "test_a_candidate_with_more_top_level_modules_than_begin_lists_is_refused_whole",
     } <= names
+

@@ -172,6 +172,36 @@ def test_each_candidate_wheel_lists_the_modules_it_installs(tmp_path, dirs):
     assert end["leaf"] == "END"
 
 
+@pytest.mark.parametrize(
+    "member", ["calc/../typing_extensions.py", "./org.py", "calc//sitecustomize.py", "/abs.py", "calc/./x.py", "calc\\x.py"],
+)
+def test_a_member_name_that_is_not_a_clean_relative_path_refuses_the_wheel(tmp_path, dirs, member):
+    """E7: the installer writes ``calc/../typing_extensions.py`` at the top of the tree, where the listing of
+    ``calc/`` never names it, so the shadowing rule and the runner's boot would not know the module. A member
+    name must pass the bundle's own rule for a relative path (one predicate, executor.transport.ustar): the
+    wheel is refused whole (``layout``), and BEGIN lists none of its modules."""
+    candidate, index = dirs
+    wheel(candidate, "calc", "1.0", files={"calc/__init__.py": "", member: ""})
+    found = leaves(tmp_path, candidate, index)
+    reason, detail = failure(found)
+    assert reason == "layout" and detail.startswith(f"calc-1.0-py3-none-any.whl holds the member {member!r}: "), detail
+    assert found[0]["candidate"][0]["modules"] == []
+
+
+def test_a_wheel_with_more_modules_than_begin_lists_is_refused_never_listed_in_part(tmp_path, dirs):
+    """E7: BEGIN carries at most MAX_MODULES modules a wheel; a listing cut at the bound would hide every module
+    past it from the shadowing rule and the runner's boot, so the wheel is refused (``layout``) instead."""
+    from executor.deps.protocol import MAX_MODULES
+
+    candidate, index = dirs
+    wheel(candidate, "calc", "1.0", files={f"m{number:03d}.py": "" for number in range(MAX_MODULES)})
+    [begin, end] = leaves(tmp_path, candidate, index)
+    assert len(begin["candidate"][0]["modules"]) == MAX_MODULES and end["leaf"] == "END"
+    over = tmp_path / "over"
+    wheel(over, "calc", "1.0", files={f"m{number:03d}.py": "" for number in range(MAX_MODULES + 1)})
+    assert failure(leaves(tmp_path, over, index)) == ("layout", f"calc-1.0-py3-none-any.whl installs {MAX_MODULES + 1} top-level modules, more than the {MAX_MODULES} BEGIN may list")
+
+
 def test_a_direct_url_requirement_is_refused_before_any_resolver_runs(tmp_path, dirs):
     """Issue 16, 1: only names and versions resolved through the index are fetched: `x @ URL` is direct_url, and
     pip never sees it (the sandbox is offline, so pip would fail otherwise, with another reason); nor one behind

@@ -7,7 +7,7 @@ import pathlib
 import sys
 import sysconfig
 
-from executor.deps.shadowing import SHADOWS_STDLIB, STDLIB_OPTIONAL_IMPORTS, shadowed
+from executor.deps.shadowing import SHADOWS_STDLIB, STDLIB_OPTIONAL_IMPORTS, modules, shadowed
 
 # Names the standard library's sources import that a candidate may still ship, each for a reason of its own.
 # Scanned by hand on CPython 3.10 to 3.13 as well (pyenv's builds), which add Mailman and pep517 (3.10) and _wmi
@@ -67,3 +67,12 @@ def test_a_candidate_module_the_standard_library_imports_when_present_is_refused
         code, sentence = shadowed(candidate_modules={"calc": ["calc", module]}, stdlib_modules=sys.stdlib_module_names)
         assert code == SHADOWS_STDLIB and f"installs the top-level module {module}, which the standard library imports" in sentence
     assert shadowed(candidate_modules={"calc": ["calc", "pip", "docutils", "test"]}, stdlib_modules=sys.stdlib_module_names) is None
+
+
+def test_an_installed_tree_is_listed_whole_however_many_modules_it_holds():
+    """E7: the trusted side's listing of the sealed candidate tree, which the standard library names are checked
+    against, is never cut: an ``org`` behind a thousand modules that sort first is still found and refused."""
+    names = [f"aa{number:04d}.py" for number in range(1000)] + ["org/"]
+    found = modules(names)
+    assert len(found) == 1001 and found[-1] == "org"
+    assert shadowed(candidate_modules={"the installed candidate tree": found}, stdlib_modules=frozenset())[0] == SHADOWS_STDLIB

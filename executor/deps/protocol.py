@@ -62,6 +62,7 @@ FAIL_REASONS = {
     "candidate_conflict": "a requirement on one of the candidate's own projects excludes the candidate's version",
     "direct_url": "a requirement names a direct URL: only names and versions resolved through the index are fetched",
     "metadata": "a wheel's METADATA is missing, unreadable, names another project or version, or an invalid requirement",
+    "layout": f"a candidate wheel holds a member name that is not a clean relative path, or more than {MAX_MODULES} top-level modules",
     "index": "a network index could not be read: unreachable, an HTTP error, a page it cannot parse, over a cap",
     "index_hash": "the index states no sha256 for a wheel pip chose and pip did not hash it",
     "resolver": "pip's resolver failed for another reason (its last error line says which)",

@@ -57,8 +57,10 @@ from email.message import Message
 from typing import Iterator, Sequence
 
 from executor.transport.manifest import canonical_project, wheel_project
-from executor.deps.protocol import CANDIDATE, MAX_REQUIREMENT_BYTES, NO_PROXY, PROTOCOL, RUNNER, leaf, request_from_bytes
+from executor.deps.protocol import CANDIDATE, MAX_MODULES, MAX_REQUIREMENT_BYTES, NO_PROXY, PROTOCOL, RUNNER, leaf, request_from_bytes
 from executor.deps.shadowing import modules
+from executor.transport.ustar import check_relative_path
+from journal.errors import Refused
 
 SANDBOX_MODULES = (
     "executor/__init__.py",
@@ -125,6 +127,25 @@ def _wheels(directory: str) -> list[str]:
     ]
 
 
+def wheel_modules(file: str, names: Sequence[str]) -> list[str]:
+    """The top-level modules the candidate wheel ``file`` installs, from its member ``names``, every one of them.
+
+    A member name must be a clean relative path (the bundle's own rule for names): the installer writes
+    ``calc/../typing_extensions.py`` at the top of the tree, beside the modules a listing of ``calc/`` names,
+    and the runner's boot and the shadowing rule know a candidate module only by this listing. A wheel with
+    more top-level modules than BEGIN may list is refused too, never listed in part.
+    """
+    for name in names:
+        try:
+            check_relative_path(name.removesuffix("/"), name)
+        except Refused as refusal:
+            raise Failure("layout", f"{file} holds the member {name[:200]!r}: {refusal.rule}") from None
+    found = modules(names)
+    if len(found) > MAX_MODULES:
+        raise Failure("layout", f"{file} installs {len(found)} top-level modules, more than the {MAX_MODULES} BEGIN may list")
+    return found
+
+
 class Candidate:
     """One candidate wheel, read as data: its project, version, requirement lines and top-level modules."""
 
@@ -138,7 +159,7 @@ class Candidate:
         self.problem: Failure | None = None
         try:
             with zipfile.ZipFile(self.path) as archive:
-                self.modules = modules(archive.namelist())
+                self.modules = wheel_modules(file, archive.namelist())
             message = metadata(self.path)
         except (OSError, zipfile.BadZipFile, RuntimeError, EOFError, NotImplementedError, ValueError, KeyError) as error:
             self.problem = Failure("metadata", f"{file} cannot be read as a wheel ({error})")

@@ -27,7 +27,6 @@ from typing import Iterable, Mapping
 SHADOWS_RUNNER = "candidate_shadows_runner"
 SHADOWS_STDLIB = "candidate_shadows_stdlib"
 CODES = (SHADOWS_RUNNER, SHADOWS_STDLIB)
-MAX_MODULES = 256
 
 # What a top-level entry of a wheel or an installed tree makes importable: a package directory, a source or
 # bytecode file, an extension module. A wheel's .data/purelib and .data/platlib install at the top level too.
@@ -53,8 +52,9 @@ STDLIB_OPTIONAL_IMPORTS = (
 def modules(names: Iterable[str]) -> list[str]:
     """The top-level modules that entries with these names make importable.
 
-    A wheel's member names are given as they are (``pkg/mod.py``); an installed
-    tree's top-level listing gives each directory with a trailing ``/``.
+    A wheel's member names are given as they are (``pkg/mod.py``), each a clean relative path (the resolver
+    refuses any other); an installed tree's top-level listing gives each directory with a trailing ``/``.
+    Every one is kept: a name left out would be a module no rule here sees, nor the runner's boot.
     """
     found = set()
     for name in names:
@@ -71,7 +71,7 @@ def modules(names: Iterable[str]) -> list[str]:
         match = _SOURCE.match(head) or _EXTENSION.match(head)
         if match:
             found.add(match.group(1))
-    return sorted(found)[:MAX_MODULES]
+    return sorted(found)
 
 
 def _first(names: Iterable[str], taken: Iterable[str]) -> str | None:
