@@ -56,19 +56,21 @@ from steward.api import RUNTIME_CHANGED
 from steward.failure import SandboxFailure
 
 # A stage's journal holds RESERVE_START bytes before the retirement reserve (J2). Measured on the demo
-# (docs/pipeline.md, "The journal budget"): one case sandbox with its junit output costs 6,208 bytes
-# with a 15-byte state root, and everything else (genesis, extraction, resolution, fetch, install,
-# their outputs, a helper attempt, cleanup evidence) 26,608. Output mount records name their target
-# under the state root: 4 per case and 12 in all grow by a byte per byte of its path. The constants
-# add margin for longer pids and start times, more helper attempts, and twice the fixed growth.
-CASE_JOURNAL_BYTES = 6_656
+# (docs/pipeline.md, "The journal budget"): one case sandbox with its junit output costs 6,592 bytes
+# with a 15-byte state root and the 19-byte /usr/bin/python3.11, and everything else (genesis,
+# extraction, resolution, fetch, install, their outputs, a helper attempt, cleanup evidence) 28,528.
+# Output mount records name their target under the state root: 4 per case and 12 in all grow by a
+# byte per byte of its path; the interpreter's mount records name its path: 2 per sandbox, so 2 per
+# case and 10 in all. The constants add margin for longer pids and start times, more helper
+# attempts, and twice the fixed growth.
+CASE_JOURNAL_BYTES = 7_008
 FIXED_JOURNAL_BYTES = 32_768
 
 
-def cases_per_stage(state_root: str) -> int:
-    """How many applicable cases one stage's journal has room for with this state root."""
-    length = len(state_root.encode("utf-8"))
-    return (RESERVE_START - FIXED_JOURNAL_BYTES - 24 * length) // (CASE_JOURNAL_BYTES + 4 * length)
+def cases_per_stage(state_root: str, interpreter: str) -> int:
+    """How many applicable cases one stage's journal has room for with this state root and case interpreter."""
+    root, path = len(state_root.encode("utf-8")), len(interpreter.encode("utf-8"))
+    return (RESERVE_START - FIXED_JOURNAL_BYTES - 24 * root - 10 * path) // (CASE_JOURNAL_BYTES + 4 * root + 2 * path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,11 +148,11 @@ def attempt_cases(plan: Plan, shard: tuple[int, int] | None) -> list[tuple[int, 
     return [(plan.cases.index(case), case) for case in chosen]
 
 
-def split_stages(cases: list[tuple[int, Case]], jobs: int, state_root: str) -> list[list[tuple[int, Case]]]:
+def split_stages(cases: list[tuple[int, Case]], jobs: int, state_root: str, interpreter: str) -> list[list[tuple[int, Case]]]:
     """The attempt's cases as stages, one session each (verify --jobs): the fewest stages, at least ``jobs``
     (never more than there are cases), such that no stage holds more applicable cases than its journal has
     room for (J2). Case k of the attempt goes to stage k mod s + 1, the rule a shard uses (executor/shard.py)."""
-    room = cases_per_stage(state_root)
+    room = cases_per_stage(state_root, interpreter)
     count = max(1, min(jobs, len(cases)))
     while True:
         stages = [cases[index::count] for index in range(count)]
@@ -277,7 +279,6 @@ def run_attempt(config: Config, request: Attempt, *, progress: Progress, embedde
         progress(f"removed {path}: a verification that was killed left it")
     plan = load_plan(request.plan)
     cases = attempt_cases(plan, request.shard)
-    stages = split_stages(cases, request.jobs, config.state_root)
     progress.expect([case for _, case in cases])
     capabilities: list[DirectoryCapability] = []
     scratch = Scratch()
@@ -291,6 +292,7 @@ def run_attempt(config: Config, request: Attempt, *, progress: Progress, embedde
             index_fd = os.dup(index)
         capabilities.append(scratch.bundle(request.bundle, request.sha256))
         runtime = runtimes.inspect(request.installer, request.python)
+        stages = split_stages(cases, request.jobs, config.state_root, runtime.interpreter)
         if runtime.prefix is not None:
             # F4, then every sandbox sees it read-only at the path it has here (docs/pipeline.md, "The runtime").
             prefix = open_capability(runtime.prefix, state_root=config.state_root)
@@ -428,6 +430,9 @@ def _attempt(config, request, plan, cases, capabilities, scratch, runtime, index
     try:
         for capability in capabilities:
             capability.hand_to(session)
+        # E7: every process of a sandbox that runs the case interpreter is non-dumpable, since the dedicated UID
+        # may only execute the copy mounted over its path, never read it.
+        session.set_interpreter(os.open(runtime.interpreter, os.O_RDONLY | os.O_CLOEXEC), runtime.interpreter)
         gate = Gate(session, always=runtime.capabilities)
         service = CaseService(gate, session, runtime=runtime, plan=plan, progress=say, finished=progress.finished)
         preparer = Preparer(

@@ -56,6 +56,7 @@ def outer_launcher(staging_fd: int, socket_name: str, cgroup_fd: int | None) -> 
         for directory_fd, target, attributes in [
             *((fd, target, mounts.CAPABILITY_ATTRIBUTES) for fd, target in setup.capabilities),
             *((fd, target, mounts.OUTPUT_ATTRIBUTES) for fd, target in setup.outputs),
+            *((fd, target, mounts.CAPABILITY_ATTRIBUTES) for fd, target in setup.executables),
         ]:
             channel.leaf("MOUNT_INTENT", target=target, kind="tree")
             trees.append((mounts.clone_tree(directory_fd, attributes), target))

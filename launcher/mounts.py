@@ -70,7 +70,12 @@ class Builder:
     def attach(self, tree: int, target: str) -> None:
         """Attach one detached capability or output tree; its MOUNT_INTENT was made before stage 1 cloned it."""
         relative = target.lstrip("/")
-        if target.startswith(("/cap/", "/out/")) or target == "/etc":
+        if stat.S_ISREG(os.fstat(tree).st_mode):
+            # An executable, attached after every tree: over the file at its path in one of them (the case
+            # runtime's interpreter), so the sandbox runs the execute-only copy wherever it names that path.
+            if not stat.S_ISREG(os.stat(relative, follow_symlinks=False).st_mode):
+                raise OSError(f"{target} is not a regular file of the trees attached before it")
+        elif target.startswith(("/cap/", "/out/")) or target == "/etc":
             os.mkdir(relative, 0o755)
         elif target != "/usr":
             # A capability at a path of its own (a case runtime's prefix): its parents are made on the root tmpfs.

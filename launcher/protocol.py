@@ -119,6 +119,7 @@ MESSAGES = {
     "SETUP_END": (34, STARTER, 0, ()),
     "OP_CGROUP": (38, STARTER, 1, ()),
     "OUTPUT": (37, STARTER, 1, (("target", "str"),)),
+    "EXECUTABLE": (39, STARTER, 1, (("target", "str"),)),
     "OP": (
         35,
         STARTER,

@@ -6,8 +6,9 @@ process's release. The launcher then connects to the starter's socket,
 checks SO_PEERCRED (uid 0 and its own parent's pid), and proves itself with
 HELLO carrying the nonce; the starter checks the launcher's credentials the
 same way on its side. Setup follows as leaves, each ACKed, in a fixed order:
-SETUP, IMPORT_DIR, INTERPRETER, then one CAPABILITY per read-only directory
-and one OUTPUT per writable one, then SETUP_END. Descriptors arrive only with
+SETUP, IMPORT_DIR, INTERPRETER, then one CAPABILITY per read-only directory,
+one OUTPUT per writable one and one EXECUTABLE per file to mount over a file
+a capability holds, then SETUP_END. Descriptors arrive only with
 the message that names them.
 """
 
@@ -32,6 +33,7 @@ class Setup:
         self.op_cgroup = -1
         self.capabilities: list[tuple[int, str]] = []
         self.outputs: list[tuple[int, str]] = []
+        self.executables: list[tuple[int, str]] = []
 
 
 def read_nonce(fd: int = 0) -> bytes:
@@ -83,12 +85,16 @@ def is_mount_target(target: str) -> bool:
     """A path of its own where a capability is mounted as it is on the host (a case runtime's prefix, which
     toolcache builds have compiled in): absolute and normalized, printable ASCII without spaces or quotes, at
     most 16 segments, and not inside the sandbox's own tree (/usr, /cap, /out, /proc, ...)."""
+    return _is_normalized(target) and target.split("/")[1] not in SANDBOX_ROOTS and not target.startswith("/.")
+
+
+def _is_normalized(target: str) -> bool:
+    """Absolute and normalized, printable ASCII without spaces or quotes, at most 16 segments."""
     segments = target.split("/")[1:]
     return (
         target.startswith("/") and 0 < len(segments) <= MAX_MOUNT_SEGMENTS and len(target) <= MAX_MOUNT_BYTES
         and all(segment not in ("", ".", "..") for segment in segments)
         and all(char.isascii() and char.isprintable() and char not in " \"'\\" for char in target)
-        and segments[0] not in SANDBOX_ROOTS and not segments[0].startswith(".")
     )
 
 
@@ -96,6 +102,14 @@ def is_capability_target(target: str) -> bool:
     """Where a read-only CAPABILITY may go: /usr, /cap/NAME, or a path of its own (:func:`is_mount_target`);
     never /etc (S9: no sandbox gets host configuration)."""
     return target == "/usr" or _is_named(target, "/cap/") or is_mount_target(target)
+
+
+def is_executable_target(target: str, trees: list[str]) -> bool:
+    """Where an EXECUTABLE may go: over a file inside /usr or a path of its own that a CAPABILITY already
+    holds (a case runtime's interpreter, at its own path), never at a tree's top or under /cap."""
+    return _is_normalized(target) and any(
+        target.startswith(tree + "/") for tree in trees if tree == "/usr" or is_mount_target(tree)
+    )
 
 
 def is_output_target(target: str) -> bool:
@@ -122,14 +136,17 @@ def receive_setup(channel: Channel, nonce: bytes) -> Setup:
     setup.op_cgroup = message.fds[0]
     channel.ack(message)
     while True:
-        message = channel.receive("CAPABILITY", "OUTPUT", "SETUP_END")
+        message = channel.receive("CAPABILITY", "OUTPUT", "EXECUTABLE", "SETUP_END")
         if message.name == "SETUP_END":
             channel.ack(message)
             return setup
         target = message.fields["target"]
-        known = {target for _, target in setup.capabilities + setup.outputs}
+        known = {target for _, target in setup.capabilities + setup.outputs + setup.executables}
         if message.name == "CAPABILITY":
             valid, place, trees = is_capability_target(target), "/usr, a new /cap/NAME or a path of its own", setup.capabilities
+        elif message.name == "EXECUTABLE":
+            holders = [tree for _, tree in setup.capabilities]
+            valid, place, trees = is_executable_target(target, holders), "a new file inside /usr or a path of its own", setup.executables
         else:
             valid, place, trees = is_output_target(target), "a new /out/NAME", setup.outputs
         if not valid or target in known:

@@ -75,6 +75,14 @@ class RemoteSession:
             os.close(fd)
         fields.done()
 
+    def set_interpreter(self, fd: int, path: str) -> None:
+        """Send the interpreter to copy execute-only; like the in-process call, this takes ownership of ``fd``."""
+        try:
+            fields, _ = self._call("INTERPRETER", {"path": path}, fds=(fd,))
+        finally:
+            os.close(fd)
+        fields.done()
+
     def create_output(self, name: str, *, max_bytes: int = 256 * api.MIB, max_inodes: int = 16_384) -> None:
         fields, _ = self._call("OUTPUT", {"name": name, "max_bytes": max_bytes, "max_inodes": max_inodes})
         fields.done()

@@ -320,6 +320,12 @@ class Connection:
         self.session.add_capability(name, fds.pop(), mount)
         return {}, ()
 
+    def _do_interpreter(self, fields: ClosedObject, fds: list[int]):
+        path = fields.pop_str("path", max_bytes=4096)
+        fields.done()
+        self.session.set_interpreter(fds.pop(), path)
+        return {}, ()
+
     def _do_output(self, fields: ClosedObject, fds: list[int]):
         name = _name(fields)
         max_bytes = fields.pop_int("max_bytes", low=1, high=2**40)

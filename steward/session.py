@@ -50,6 +50,10 @@ from steward.stateroot import STAGES, TOMBSTONES, Lease, StateRoot, make_directo
 EVIDENCE = "evidence"
 # Each capability is a descriptor the session holds until it ends; the daemon's descriptor budget counts them.
 MAX_CAPABILITIES = 32
+# The session's interpreter, copied execute-only into its stage (set_interpreter): a CPython is some 5 to 30 MiB.
+INTERPRETER_NAME = "interpreter"
+INTERPRETER_MODE = 0o111
+MAX_INTERPRETER_BYTES = 256 * 1024 * 1024
 # How a session ends without its client's CLOSE (steward/fold.py gives each its diagnostic).
 ENDINGS = ("ABANDONED", "IDLE", "SHUTDOWN", "INTERRUPTED", api.RUNTIME_CHANGED)
 AFTER_STAGE_DIRECTORY = "after_stage_directory"
@@ -338,6 +342,8 @@ class Session:
         self.capabilities: dict[str, int] = {}
         # The capabilities mounted at a path of their own (name -> path) rather than at /cap/NAME.
         self.mounts: dict[str, str] = {}
+        # (path, descriptor of its execute-only copy): mounted over that path in every sandbox (set_interpreter).
+        self.interpreter: tuple[str, int] | None = None
         self.live: dict[str, bool] = {}
         self.sealed: dict[str, api.Sealed] = {}
         self.sandbox = None
@@ -423,6 +429,32 @@ class Session:
         self.capabilities[name] = fd
         if mount is not None:
             self.mounts[name] = mount
+
+    @_room_checked
+    def set_interpreter(self, fd: int, path: str) -> None:
+        """Every sandbox of this session runs ``path`` from an execute-only copy of the file at ``fd``.
+
+        The copy is the stage's, root-owned with mode 0111, and each sandbox
+        mounts it over ``path`` (inside /usr or a capability's mount). The
+        dedicated UID may execute it but not read it, so the kernel makes
+        every process that execs it non-dumpable: no process of a sandbox
+        can open another's memory through /proc, whatever the host's ptrace
+        policy (E7). The session takes ownership of ``fd``.
+        """
+        from launcher.rendezvous import is_executable_target
+
+        try:
+            self._usable()
+            if self.interpreter is not None:
+                raise Refused("interpreter", "is already set for this session")
+            if not is_executable_target(path, ["/usr", *self.mounts.values()]):
+                raise Refused("interpreter path", f"{path} is not a normalized path inside /usr or a capability's mount")
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Refused("interpreter", "must be a regular file descriptor")
+            copy = _execute_only_copy(fd, self.stage_fd)
+        finally:
+            os.close(fd)
+        self.interpreter = (path, copy)
 
     @_room_checked
     def create_output(self, name: str, *, max_bytes: int = DEFAULT_OUTPUT_BYTES, max_inodes: int = DEFAULT_OUTPUT_INODES) -> None:
@@ -628,7 +660,7 @@ class Session:
             self.sandboxes += 1
             spec = Spec(
                 self.uid, self.gid, tuple(capabilities), limits, tuple(writable), network, tuple(mounts),
-                destinations, (), self.settings.ahead,
+                destinations, (), self.settings.ahead, executables=() if self.interpreter is None else (self.interpreter,),
             )
             suffix = NETWORK_SANDBOX_SUFFIX if network == api.INDEX_NETWORK else ""
             sandbox = Sandbox(spec, self.ledger, self.root, f"{self.stage_id}-{self.sandboxes}{suffix}")
@@ -848,6 +880,9 @@ class Session:
         for fd in self.capabilities.values():
             os.close(fd)
         self.capabilities = {}
+        if self.interpreter is not None:
+            os.close(self.interpreter[1])
+            self.interpreter = None
         for fd in (self.documents_fd, self.live_fd, self.outputs_fd, self.evidence_fd, self.stage_fd):
             if fd >= 0:
                 os.close(fd)
@@ -888,3 +923,28 @@ def _read_file(directory_fd: int, name: str) -> bytes:
     if data is None:
         raise Refused(name, "is missing from the tombstone")
     return data
+
+
+def _execute_only_copy(source: int, stage_fd: int) -> int:
+    """The bytes of ``source`` as the stage's root-owned, mode 0111 file; a read-only descriptor of it.
+
+    Created once (O_EXCL), written to the end of ``source`` (at most
+    MAX_INTERPRETER_BYTES), then opened again read-only, which root may.
+    """
+    writer = os.open(INTERPRETER_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o100, dir_fd=stage_fd)
+    try:
+        os.fchown(writer, 0, 0)
+        os.fchmod(writer, INTERPRETER_MODE)
+        copied = 0
+        while True:
+            # sendfile, not copy_file_range: the source is the host's, and the state root may be another filesystem.
+            chunk = os.sendfile(writer, source, copied, 1 << 24)
+            if chunk == 0:
+                break
+            copied += chunk
+            if copied > MAX_INTERPRETER_BYTES:
+                raise Refused("interpreter", f"is more than {MAX_INTERPRETER_BYTES} bytes")
+    finally:
+        os.close(writer)
+    return os.open(INTERPRETER_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stage_fd)
+

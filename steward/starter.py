@@ -62,6 +62,8 @@ class Spec:
     ownership of the descriptors. A capability is mounted read-only at /cap/NAME, an output writable (nosuid,
     nodev, noexec) at /out/NAME. ``mounts`` are (PATH, descriptor): capabilities mounted read-only at a path
     of their own, the one they have on the host (a case runtime's prefix; launcher.rendezvous.is_mount_target).
+    ``executables`` are (PATH, file descriptor): execute-only files mounted over the file at PATH inside /usr or
+    a mount (the session's interpreter; launcher.rendezvous.is_executable_target).
     Every sandbox has a network namespace of its own with only lo (S9); ``network`` ``index`` adds the
     forwarder to ``destinations`` (steward/forwarder.py: only the resolver and fetch of a network index),
     ``loopback`` nothing."""
@@ -79,6 +81,7 @@ class Spec:
     # ``companions`` counts how many pid 1s of them may live at once, which its RLIMIT_NPROC leaves room for.
     beside: tuple[str, ...] = ()
     companions: int = 0
+    executables: tuple[tuple[str, int], ...] = ()
 
 
 def op_class(reported: str, before: cgroups.Counters, after: cgroups.Counters) -> str:
@@ -284,6 +287,7 @@ class Sandbox:
             *(("CAPABILITY", fd, f"/cap/{name}") for name, fd in self.spec.capabilities),
             *(("CAPABILITY", fd, path) for path, fd in self.spec.mounts),
             *(("OUTPUT", fd, f"/out/{name}") for name, fd in self.spec.outputs),
+            *(("EXECUTABLE", fd, path) for path, fd in self.spec.executables),
         ]
         self._setup(self.digest, provision.shipped_filter(), self.runtime, trees)
         self._close_boot_descriptors()

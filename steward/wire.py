@@ -30,6 +30,7 @@ CLIENT, STEWARD = "client", "steward"
 REQUESTS = {
     "OPEN": (0,),
     "CAPABILITY": (1,),
+    "INTERPRETER": (1,),
     "OUTPUT": (0,),
     "START": (0,),
     "START_AHEAD": (0,),

@@ -83,6 +83,7 @@ class FakeSession:
         self.failing_starts = set(failing_starts)
         self.ahead = ahead
         self.capabilities: dict[str, int] = {}
+        self.interpreter: str | None = None
         self.starts = 0
         self.open: tuple[list[str], list[str]] | None = None
         self.waiting: list[tuple[int, tuple]] = []
@@ -97,6 +98,11 @@ class FakeSession:
     def add_capability(self, name: str, fd: int) -> None:
         assert name not in self.capabilities
         self.capabilities[name] = fd
+
+    def set_interpreter(self, fd: int, path: str) -> None:
+        assert self.interpreter is None
+        os.close(fd)
+        self.interpreter = path
 
     def create_output(self, name: str, *, max_bytes: int = 0, max_inodes: int = 0) -> None:
         (self.root / "live" / name).mkdir()

@@ -258,3 +258,25 @@ def test_a_capability_mounts_at_its_own_path_only_outside_the_sandbox_s_own_tree
     else:
         with pytest.raises(Refused, match="mount: must be an absolute, normalized path"):
             api.check_mount(path, "mount")
+
+
+@pytest.mark.parametrize("path, trees, allowed", [
+    ("/usr/bin/python3.11", ["/usr"], True),
+    ("/opt/hostedtoolcache/Python/3.12.3/x64/bin/python3.12", ["/usr", "/opt/hostedtoolcache/Python/3.12.3/x64"], True),
+    ("/opt/hostedtoolcache/Python/3.12.3/x64/bin/python3.12", ["/usr"], False),
+    ("/usr", ["/usr"], False),
+    ("/opt/python", ["/opt/python"], False),
+    ("/cap/runner/bin/python", ["/usr", "/cap/runner"], False),
+    ("/usr/bin/../bin/python3", ["/usr"], False),
+    ("/usr//bin/python3", ["/usr"], False),
+    ("/usr/bin/python 3", ["/usr"], False),
+    ("/usrx/python3", ["/usr"], False),
+    ("usr/bin/python3", ["/usr"], False),
+])
+def test_an_executable_goes_only_over_a_file_inside_usr_or_a_runtime_s_own_mount(path, trees, allowed):
+    """E7: the one rule (launcher.rendezvous.is_executable_target) the launcher and the session apply to the
+    interpreter's execute-only copy: strictly inside /usr or a mount of a path of its own that a capability
+    already holds, normalized, never a tree's top, never under /cap."""
+    from launcher.rendezvous import is_executable_target
+
+    assert is_executable_target(path, trees) is allowed

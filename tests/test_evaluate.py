@@ -961,6 +961,6 @@ def test_a_full_stage_s_evidence_fits_the_directory_and_the_steward_s_bounds():
     from executor.attempt import cases_per_stage
     from steward import api
 
-    most = cases_per_stage("/s")
+    most = cases_per_stage("/s", "/usr/bin/python3")
     assert most * (1 + len(OUTPUTS)) <= api.MAX_EVIDENCE_FILES
     assert 2 + most * (1 + len(OUTPUTS)) <= MAX_EVIDENCE_ENTRIES

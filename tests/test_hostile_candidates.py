@@ -417,6 +417,74 @@ def test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates(w
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
 
+# The verifier's checker reading the candidate's output on its stdin: alive, and still starting, while the
+# candidate's own processes may still run.
+STDIN_CHECKED_VERIFIER_TEST = '''"""The verifier's test: the candidate's output piped into the verifier's own checker."""
+import subprocess
+import sys
+
+CHECK = "import sys; sys.exit(0 if sys.stdin.read().split() == ['4'] else 1)"
+
+
+def test_two_and_two():
+    out = subprocess.run([sys.executable, "-m", "calc", "2", "2"], capture_output=True, text=True, timeout=60)
+    check = subprocess.run([sys.executable, "-c", CHECK], input=out.stdout, text=True, timeout=60)
+    assert check.returncode == 0, out.stdout + out.stderr
+'''
+# calc, and behind it a daemon of the same UID that waits for the checker, takes the wrong sum out of its stdin
+# pipe through /proc/PID/fd/0 before the checker has started reading, and puts the right one in its place.
+PIPE_FORGE = r'''import os, sys, time
+
+
+def swap_the_checkers_input():
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for name in os.listdir("/proc"):
+            try:
+                found = name.isdigit() and b"sys.stdin.read()" in open(f"/proc/{name}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if not found:
+                continue
+            try:
+                drain = os.open(f"/proc/{name}/fd/0", os.O_RDONLY | os.O_NONBLOCK)
+                fill = os.open(f"/proc/{name}/fd/0", os.O_WRONLY)
+            except OSError:
+                return
+            taken = b""
+            while not taken.endswith(b"\n") and time.monotonic() < deadline:
+                try:
+                    taken += os.read(drain, 64)
+                except BlockingIOError:
+                    time.sleep(0.0005)
+            os.write(fill, b"4\n")
+            return
+
+
+if os.fork() == 0:
+    os.setsid()
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    swap_the_checkers_input()
+    os._exit(0)
+print(int(sys.argv[1]) + int(sys.argv[2]) + 1)
+'''
+
+
+def test_the_candidate_cannot_reach_into_the_verifiers_checker_through_proc(world, casebox, tmp_path):
+    """E7: the syscall filter denies ptrace, process_vm_* and pidfd_getfd, but /proc/PID/fd and /proc/PID/mem of
+    a process of the same UID open for any process the kernel finds may ptrace it, which with no Yama policy
+    (or ptrace_scope 0) is every one that is dumpable. The verifier's checker is dumpable after its exec: a
+    daemon the candidate leaves behind swaps the wrong sum in its stdin pipe for the right one. Every sandbox
+    runs the case interpreter from an execute-only copy mounted over its path (Session.set_interpreter), so
+    every process that execs it is non-dumpable and the daemon's opens are refused: FAIL, as the honest
+    candidate; PASS without the guard (on a host with Yama's ptrace_scope 1 the attack fails without it too)."""
+    hostile = calc(tmp_path / "w", files={"calc/__main__.py": PIPE_FORGE})
+    result, output = verify(world, casebox, tmp_path, [hostile], tests={"test_calc.py": STDIN_CHECKED_VERIFIER_TEST})
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
 def test_a_module_a_member_name_climbs_to_the_top_of_the_tree_is_refused(world, casebox, tmp_path):
     """E7: the runner's boot and the shadowing rule know the candidate's modules by the resolver's listing of its
     wheels' member names, but the installer writes ``calc/../typing_extensions.py`` at the top of the tree, where
@@ -560,5 +628,6 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_hostile_metadata_and_requirements_reach_the_terminal_escaped",
         "test_a_module_a_member_name_climbs_to_the_top_of_the_tree_is_refused",
         "test_a_candidate_with_more_top_level_modules_than_begin_lists_is_refused_whole",
+        "test_the_candidate_cannot_reach_into_the_verifiers_checker_through_proc",
     } <= names
 

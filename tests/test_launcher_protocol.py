@@ -222,10 +222,15 @@ def test_output_encodes_to_the_documented_bytes():
     ("OUTPUT", "/out/../etc", False),
     ("OUTPUT", "/out/", False),
     ("OUTPUT", "/etc", False),
+    ("EXECUTABLE", "/usr/bin/python3", True),
+    ("EXECUTABLE", "/usr", False),
+    ("EXECUTABLE", "/cap/data/python3", False),
+    ("EXECUTABLE", "/opt/python/bin/python3", False),
 ])
 def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_they_belong(pair, message, target, accepted):
     """S4: a writable tree only at /out/NAME, a read-only one only at /usr or /cap/NAME, each target once;
-    S9: never /etc (no sandbox gets host configuration, not even the resolver's of a network index)."""
+    S9: never /etc (no sandbox gets host configuration, not even the resolver's of a network index); E7: an
+    execute-only file only over a file inside a capability already placed at /usr or a path of its own."""
     from launcher import rendezvous
 
     starter, launcher = pair
@@ -238,15 +243,16 @@ def test_setup_places_capabilities_read_only_and_outputs_writable_only_where_the
             ("IMPORT_DIR", (directory,), {}),
             ("INTERPRETER", (directory,), {"path": "/usr/bin/python3"}),
             ("OP_CGROUP", (directory,), {}),
+            *([("CAPABILITY", (directory,), {"target": "/usr"})] if message == "EXECUTABLE" else []),
             (message, (directory,), {"target": target}),
             ("SETUP_END", (), {}),
         ]:
             starter.send(name, fds, **fields)
         if accepted:
             setup = rendezvous.receive_setup(launcher, b"\x00" * 32)
-            placed = setup.outputs if message == "OUTPUT" else setup.capabilities
+            placed = {"OUTPUT": setup.outputs, "EXECUTABLE": setup.executables}.get(message, setup.capabilities)
             assert [known for _, known in placed] == [target]
-            for fd, _ in setup.capabilities + setup.outputs:
+            for fd, _ in setup.capabilities + setup.outputs + setup.executables:
                 os.close(fd)
             os.close(setup.import_dir)
             os.close(setup.interpreter)

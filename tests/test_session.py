@@ -304,6 +304,75 @@ def test_a_capability_is_read_only_in_the_sandbox_and_closed_once_at_the_end(ste
     assert not _is_open(fd)
 
 
+def test_every_sandbox_runs_the_interpreter_from_an_execute_only_copy_so_its_processes_are_not_dumpable(steward, state_path):
+    """E7: set_interpreter copies the file into the stage, root-owned with mode 0111, and every sandbox of the
+    session mounts that copy over the interpreter's path. The dedicated UID may execute it but not read it, so
+    the kernel makes each process that execs it non-dumpable: another process of the sandbox cannot open its
+    /proc/PID/fd or /proc/PID/mem, whatever the host's ptrace policy. The same probe without the copy opens
+    both on a host without Yama, as this one (with Yama's ptrace_scope 1 a sibling is refused either way)."""
+    interpreter = os.path.realpath("/usr/bin/python3")
+    probe = (
+        "import ctypes, os, subprocess, sys, time\n"
+        "sleeper = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE)\n"
+        "time.sleep(0.2)\n"
+        "for name in ('fd/0', 'mem'):\n"
+        "    try:\n"
+        "        os.close(os.open(f'/proc/{sleeper.pid}/{name}', os.O_RDONLY)); print(name, 'opened')\n"
+        "    except OSError as error:\n"
+        "        print(name, error.strerror)\n"
+        "sleeper.communicate(b'')\n"
+        "print('dumpable', ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"
+    )
+    seen = {}
+    for copied in (True, False):
+        session = steward.open_session("attempt-1")
+        try:
+            if copied:
+                session.set_interpreter(os.open(interpreter, os.O_RDONLY), interpreter)
+                copy = os.stat(f"{state_path}/stages/{session.stage_id}/interpreter")
+                assert (stat.S_IMODE(copy.st_mode), copy.st_uid, copy.st_size) == (0o111, 0, os.stat(interpreter).st_size)
+            session.start_sandbox()
+            outcome = session.run([interpreter, "-S", "-c", probe], env=ENV, timeout_ms=20_000, stdout_cap=1000, stderr_cap=1000)
+            seen[copied] = outcome.observation.stdout.decode()
+            session.close_sandbox()
+        finally:
+            session.close()
+    # Under hidepid=2 a non-dumpable process's /proc/PID is root's, so it is not even there for the UID.
+    refused = ("No such file or directory", "Permission denied")
+    assert seen[True] in [f"fd/0 {fd}\nmem {mem}\ndumpable 0\n" for fd in refused for mem in refused], seen
+    assert seen[False] == "fd/0 opened\nmem opened\ndumpable 1\n", seen
+
+
+@pytest.mark.parametrize("path, rule", [
+    ("/usr", "is not a normalized path inside /usr or a capability's mount"),
+    ("/cap/runtime/bin/python3", "is not a normalized path inside /usr or a capability's mount"),
+    ("/opt/python/bin/python3", "is not a normalized path inside /usr or a capability's mount"),
+    ("/usr/bin/../bin/python3", "is not a normalized path inside /usr or a capability's mount"),
+])
+def test_an_interpreter_goes_only_over_a_file_inside_usr_or_a_mount_and_only_once(steward, tmp_path, path, rule):
+    """C9, E7: the interpreter's path lies inside /usr or a capability's own mount (the launcher checks the
+    same rule, launcher.rendezvous.is_executable_target), its descriptor is a regular file, it is set once;
+    a refused descriptor is closed at once."""
+    interpreter = os.path.realpath("/usr/bin/python3")
+    session = steward.open_session("attempt-1")
+    try:
+        fd = os.open(interpreter, os.O_RDONLY)
+        with pytest.raises(Refused, match=rule):
+            session.set_interpreter(fd, path)
+        assert not _is_open(fd)
+        directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        with pytest.raises(Refused, match="interpreter: must be a regular file descriptor"):
+            session.set_interpreter(directory, interpreter)
+        assert not _is_open(directory)
+        session.set_interpreter(os.open(interpreter, os.O_RDONLY), interpreter)
+        again = os.open(interpreter, os.O_RDONLY)
+        with pytest.raises(Refused, match="interpreter: is already set for this session"):
+            session.set_interpreter(again, interpreter)
+        assert not _is_open(again)
+    finally:
+        session.close()
+
+
 def test_an_output_is_filled_sealed_and_reused_read_only(steward, state_path):
     """Outputs: writable in the sandbox that fills it; sealed root-owned 0444/0555 with its inventory digest; then read-only."""
     session = steward.open_session("attempt-1")

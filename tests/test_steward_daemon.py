@@ -38,7 +38,7 @@ def test_the_client_offers_exactly_the_in_process_session_calls():
     """One API: every public call of the in-process Session exists on RemoteSession with the same parameters."""
     import inspect
 
-    calls = {"info", "add_capability", "create_output", "start_sandbox", "start_ahead", "take_sandbox", "run",
+    calls = {"info", "add_capability", "set_interpreter", "create_output", "start_sandbox", "start_ahead", "take_sandbox", "run",
              "close_sandbox", "seal_output", "open_output", "publish", "close", "abandon"}
     for name in calls:
         local, remote = inspect.signature(getattr(Session, name)), inspect.signature(getattr(RemoteSession, name))
@@ -48,9 +48,12 @@ def test_the_client_offers_exactly_the_in_process_session_calls():
 def test_a_session_over_the_socket_is_the_same_session(daemon, tmp_path):
     """The wire session: same values, same journal, same sealed tombstone, and the evidence exported.
 
-    A capability crosses as a descriptor and passes F4's predicate (executor.capability) in the daemon.
+    A capability crosses as a descriptor and passes F4's predicate (executor.capability) in the daemon; so does
+    the interpreter, which every sandbox then runs from an execute-only copy (non-dumpable, E7).
     """
     session = client.connect(daemon.socket).open_session("attempt-1")
+    interpreter = os.path.realpath("/usr/bin/python3")
+    session.set_interpreter(os.open(interpreter, os.O_RDONLY), interpreter)
     session.create_output("out", max_bytes=1 << 20)
     ready = session.start_sandbox(write=["out"])
     proof = ready.proof
@@ -58,6 +61,9 @@ def test_a_session_over_the_socket_is_the_same_session(daemon, tmp_path):
     assert proof["no_new_privs"] and not proof["dumpable"] and proof["seccomp"] == 2 and len(proof["filter_digest"]) == 32
     outcome = session.run(["/bin/sh", "-c", "printf hi > /out/out/f; echo ok"], env=ENV, timeout_ms=5000, stdout_cap=100, stderr_cap=100)
     assert (outcome.exit_code, outcome.observation.stdout) == (0, b"ok\n")
+    dumpable = session.run([interpreter, "-S", "-c", "import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"],
+                           env=ENV, timeout_ms=10_000, stdout_cap=100, stderr_cap=1000)
+    assert dumpable.observation.stdout == b"0\n", dumpable.observation.stderr
     session.close_sandbox()
     clean = tmp_path / "clean"
     clean.mkdir()

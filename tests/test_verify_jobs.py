@@ -15,6 +15,7 @@ import time
 import pytest
 
 from executor.attempt import cases_per_stage, split_stages
+from executor.cases.runtime import choose_interpreter
 from executor.cli.commands.verify import check_jobs
 from executor.plan import plan_from_bytes
 from journal.errors import Refused
@@ -41,18 +42,19 @@ def test_a_plan_is_split_so_no_stage_outgrows_its_journal():
     """J2 with --jobs: the fewest stages, at least jobs, each within the journal's room, every case in exactly
     one stage, by the shard rule (case k to stage k mod s + 1)."""
     state_root = "/var/lib/" + "s" * 120
-    room = cases_per_stage(state_root)
+    interpreter = "/opt/hostedtoolcache/Python/3.12.7/x64/bin/python3.12"
+    room = cases_per_stage(state_root, interpreter)
     cases = indexed(plan_of(64))
-    stages = split_stages(cases, 1, state_root)
+    stages = split_stages(cases, 1, state_root, interpreter)
     assert len(stages) == -(-64 // room) > 1
     assert all(sum(case.applicable for _, case in stage) <= room for stage in stages)
     assert sorted(index for stage in stages for index, _ in stage) == list(range(64))
     assert [index for index, _ in stages[1]] == list(range(1, 64, len(stages)))
-    assert len(split_stages(cases, len(stages) + 1, state_root)) == len(stages) + 1
-    assert len(split_stages(indexed(plan_of(2)), 4, state_root)) == 2, "never an empty stage"
-    assert len(split_stages(indexed(plan_of(room)), 1, state_root)) == 1
+    assert len(split_stages(cases, len(stages) + 1, state_root, interpreter)) == len(stages) + 1
+    assert len(split_stages(indexed(plan_of(2)), 4, state_root, interpreter)) == 2, "never an empty stage"
+    assert len(split_stages(indexed(plan_of(room)), 1, state_root, interpreter)) == 1
     # Only applicable cases fill a journal: a stage of N/A cases and `room` applicable ones is one stage.
-    assert len(split_stages(indexed(plan_of(room + 5, applicable=lambda n: n < room)), 1, state_root)) == 1
+    assert len(split_stages(indexed(plan_of(room + 5, applicable=lambda n: n < room)), 1, state_root, interpreter)) == 1
 
 
 @pytest.mark.parametrize("given", ["0", "4", "-1", "two", "1.5", ""])
@@ -136,7 +138,7 @@ def big(tmp_path_factory, sandbox_ids, sandbox_pool_size, casebox):
         f'state_root = "{base}/state"\nsandbox_uid = {uid}\nsandbox_gid = {gid}\nsandbox_ids = {pool}\n'
         f'socket = "{base}/no-steward.sock"\n'
     )
-    room = cases_per_stage(f"{base}/state")
+    room = cases_per_stage(f"{base}/state", choose_interpreter())
     plan = base / "plan.json"
     plan.write_text(json.dumps(plan_of(room + 1)))
     bundle, sha256 = packed(base)
