@@ -9,6 +9,7 @@ the dedicated UID (DESIGN T4, step 4), with exactly the files of
     RUNTIME -I -S -B -c BOOT resolve /cap/request /cap/candidate/candidate /cap/index|URL|- PROXY|-
     RUNTIME -I -S -B -c BOOT fetch /cap/pins/pins.json /out/deps /cap/index|URL /cap/request/pip-X.whl PROXY|-
     RUNTIME -I -S -B -c BOOT install /out/TREE /cap/TREE WHEEL...
+    RUNTIME -I -S -B -c BOOT install-runner /out/TREE /cap/TREE WHEEL...
 
 Paths are opened here, inside the sandbox; the extractor then works on the
 descriptors alone. ``PROXY`` is the steward's forwarder (``http://127.0.0.1:3128``)
@@ -30,6 +31,8 @@ MODULES_DIRECTORY = "site-packages"
 # Libraries the tools import, copied from casebox's own environment: their Python files only.
 LIBRARIES = ("installer",)
 BOOT = f"import sys; sys.path[:0] = [{TOOLS!r}]; from executor.inside import main; sys.exit(main(sys.argv[1:]))"
+# The runner's boot, which install-runner writes as the runner tree's sitecustomize (executor/cases/runner_boot.py).
+RUNNER_BOOT_SOURCE = "executor/cases/runner_boot.py"
 
 
 def modules() -> tuple[str, ...]:
@@ -41,7 +44,7 @@ def modules() -> tuple[str, ...]:
     from executor.deps.resolver import SANDBOX_MODULES as RESOLVER_MODULES
     from executor.transport.extract import SANDBOX_MODULES as EXTRACTOR_MODULES
 
-    return tuple(sorted(set(EXTRACTOR_MODULES) | set(RESOLVER_MODULES) | {"executor/inside.py", "executor/deps/simpleindex.py"}))
+    return tuple(sorted(set(EXTRACTOR_MODULES) | set(RESOLVER_MODULES) | {"executor/inside.py", "executor/deps/simpleindex.py", RUNNER_BOOT_SOURCE}))
 
 
 def _extract(archive: str, target: str) -> int:
@@ -73,7 +76,7 @@ def load_pip(wheel: str, parts: tuple[str, ...] = ("pip/",)) -> None:
     sys.path[:] = [home, *(entry for entry in sys.path if entry != TOOLS)]
 
 
-def _install(target: str, mounted: str, wheels: Sequence[str]) -> int:
+def _install(target: str, mounted: str, wheels: Sequence[str], *, runner: bool = False) -> int:
     """Exactly ``wheels`` unpacked into ``target`` by PyPA's ``installer``, each checked against its own RECORD
     first; then every module there gets a checked-hash .pyc whose code names ``mounted``, the path at which
     the cases see the sealed tree.
@@ -89,7 +92,11 @@ def _install(target: str, mounted: str, wheels: Sequence[str]) -> int:
     ``runner``) ahead of the standard library.
     Compiled here, once, in sorted order, the
     same wheels give the same bytes: pip's own compile named its random
-    temporary directory in every .pyc, so two installs were two trees."""
+    temporary directory in every .pyc, so two installs were two trees.
+
+    The runner's tree (``runner``) also gets casebox's runner boot as its
+    ``sitecustomize``, created once: a runner closure that ships one of its
+    own fails the install rather than replace the boot."""
     import compileall
     import py_compile
 
@@ -112,6 +119,16 @@ def _install(target: str, mounted: str, wheels: Sequence[str]) -> int:
                 install(source, destination, additional_metadata={"INSTALLER": b"casebox\n"})
         except (InstallerError, OSError, ValueError, KeyError) as error:
             print(f"casebox install: {os.path.basename(wheel)}: {error}", file=sys.stderr)
+            return 1
+    if runner:
+        # This file's own tree: /cap/tools in the sandbox, the checkout or the installed package elsewhere.
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), RUNNER_BOOT_SOURCE), "rb") as source:
+            boot = source.read()
+        try:
+            with open(os.path.join(modules, "sitecustomize.py"), "xb") as written:
+                written.write(boot)
+        except FileExistsError:
+            print("casebox install: the runner's closure ships a sitecustomize of its own, where the runner's boot goes", file=sys.stderr)
             return 1
     # As pip does, a module that does not compile is left without a .pyc: importing it fails in the case itself.
     compileall.compile_dir(target, ddir=mounted, quiet=2, workers=1, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
@@ -168,8 +185,8 @@ def _certificates(installer: str) -> str | None:
 def main(argv: Sequence[str]) -> int:
     if argv[:1] == ["extract"] and len(argv) == 3:
         return _extract(argv[1], argv[2])
-    if argv[:1] == ["install"] and len(argv) >= 4:
-        return _install(argv[1], argv[2], argv[3:])
+    if argv[:1] in (["install"], ["install-runner"]) and len(argv) >= 4:
+        return _install(argv[1], argv[2], argv[3:], runner=argv[0] == "install-runner")
     if argv[:1] == ["fetch"] and len(argv) == 6:
         return _fetch(*argv[1:])
     if argv[:1] == ["resolve"] and len(argv) == 5:

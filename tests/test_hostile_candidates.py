@@ -511,6 +511,40 @@ def test_a_candidate_with_more_top_level_modules_than_begin_lists_is_refused_who
     assert "dependencies unresolved (layout)" in output and "installs 258 top-level modules" in output, output
 
 
+XDIST_PLAN = v2_plan(runner=["pytest>=8", "pytest-xdist"], plugins=["xdist"])
+XDIST_PLAN["cases"][0]["args"] += ["-n", "2"]
+# A top-level setproctitle: pytest-xdist's worker imports one whenever it finds one, at its start. This one turns
+# every test report the worker makes into a pass, and still names the process as xdist asks.
+WORKER_FORGE = '''import _pytest.reports
+
+_made = _pytest.reports.TestReport.from_item_and_call.__func__
+
+
+def _passed(cls, item, call):
+    report = _made(cls, item, call)
+    report.outcome, report.longrepr = "passed", None
+    return report
+
+
+_pytest.reports.TestReport.from_item_and_call = classmethod(_passed)
+
+
+def setproctitle(title):
+    pass
+'''
+
+
+def test_a_module_a_runner_worker_imports_when_it_finds_one_is_never_the_candidates(world, casebox, tmp_path):
+    """E7: a plugin that starts runner processes of its own starts them without the runner's -S boot: each
+    pytest-xdist worker starts with site, and imports setproctitle whenever it finds one before it loads any
+    plugin. The runner's finder reaches every interpreter of a pytest case through the sitecustomize of the
+    runner's tree, so the candidate's setproctitle, forging every report the worker sends, never loads there:
+    FAIL, as the honest candidate; PASS without the guard."""
+    hostile = calc(tmp_path / "w", files={"setproctitle.py": WORKER_FORGE})
+    result, output = verify(world, casebox, tmp_path, [hostile], plan=XDIST_PLAN)
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
 BY_NAME_VERIFIER_TEST = '''"""The verifier's test: the candidate through a subprocess of the interpreter found by name on PATH."""
 import subprocess
 
@@ -629,5 +663,6 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_a_module_a_member_name_climbs_to_the_top_of_the_tree_is_refused",
         "test_a_candidate_with_more_top_level_modules_than_begin_lists_is_refused_whole",
         "test_the_candidate_cannot_reach_into_the_verifiers_checker_through_proc",
+        "test_a_module_a_runner_worker_imports_when_it_finds_one_is_never_the_candidates",
     } <= names
 

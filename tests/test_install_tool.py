@@ -59,6 +59,28 @@ def test_a_wheel_is_installed_in_the_target_layout_and_compiled_for_where_cases_
     assert marshal.loads(cached[16:]).co_filename == f"{MOUNTED}/site-packages/demo_lib/__init__.py"
 
 
+def test_the_runner_s_tree_gets_the_runner_s_boot_as_its_sitecustomize_and_never_a_wheel_s(tmp_path, capsys):
+    """E7: install-runner writes executor/cases/runner_boot.py as the runner tree's sitecustomize, compiled like
+    the rest, so every interpreter of a pytest case that starts with site runs the runner's finder (a plugin's
+    workers among them); a runner closure that ships a sitecustomize of its own fails the install instead of
+    replacing the boot, and a plain install writes none."""
+    target = tmp_path / "runner"
+    target.mkdir()
+    assert main(["install-runner", str(target), "/cap/runner", wheel(tmp_path, MODULE)]) == 0
+    boot = target / "site-packages" / "sitecustomize.py"
+    assert boot.read_bytes() == (pathlib.Path(__file__).parent.parent / "executor" / "cases" / "runner_boot.py").read_bytes()
+    assert pathlib.Path(importlib.util.cache_from_source(str(boot))).is_file()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert main(["install", str(plain), MOUNTED, wheel(tmp_path, MODULE)]) == 0
+    assert not (plain / "site-packages" / "sitecustomize.py").exists()
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (tmp_path / "w").mkdir()
+    assert main(["install-runner", str(shipped), "/cap/runner", wheel(tmp_path / "w", {**MODULE, "sitecustomize.py": b"pass\n"})]) == 1
+    assert "ships a sitecustomize of its own" in capsys.readouterr().err
+
+
 def test_a_wheels_data_files_land_in_data_and_never_at_the_top_of_the_tree(tmp_path):
     """E7: with a verifier mount the cases run in /cap, and the working directory comes first on the search path
     of every interpreter there, ahead of the standard library: an ``__init__.py`` at the top of the candidate's

@@ -76,25 +76,24 @@ def test_each_op_is_materialized_as_docs_plan_says():
     started by the boot that makes it non-dumpable, loading only the plan's plugins, writing its junit report."""
     assert case_argv("/usr/bin/python3.11", PLAN.cases[1], None) == ["/usr/bin/python3.11", "-S", "-m", "demo_app"]
     assert case_argv("/usr/bin/python3.11", PLAN.cases[2], None) == ["/usr/bin/python3.11", "-S", f"{SITE_PATH}/bin/demo-app", "--flag"]
-    argv = case_argv(
-        "/usr/bin/python3.11", PLAN.cases[0], "/out/junit-0/junit.xml", ("_hypothesis_pytestplugin",),
-        verifier="/cap/tests", candidate_modules=("demo_app", "a_helper"),
-    )
+    argv = case_argv("/usr/bin/python3.11", PLAN.cases[0], "/out/junit-0/junit.xml", ("_hypothesis_pytestplugin",))
     assert argv == [
-        "/usr/bin/python3.11", "-S", "-c", RUNNER_BOOT, "/cap/tests", "a_helper,demo_app", "--junitxml=/out/junit-0/junit.xml",
+        "/usr/bin/python3.11", "-S", "-c", RUNNER_BOOT, "--junitxml=/out/junit-0/junit.xml",
         "-p", "_hypothesis_pytestplugin", "tests/test_x.py",
     ]
-    assert "prctl(4, 0" in RUNNER_BOOT and "run_module('pytest'" in RUNNER_BOOT
+    assert "boot.boot_runner()" in RUNNER_BOOT and "run_module('pytest'" in RUNNER_BOOT
 
 
 def test_the_search_path_is_the_stdlib_then_the_runner_then_the_candidate():
     """E7: PYTHONPATH starts with the runtime's own standard library, so no tree can shadow it; the runner comes
     before the candidate; plugin autoload is off for every op; no host or git variable passes."""
-    env = case_env(RUNTIME, PLAN.cases[0])
+    env = case_env(RUNTIME, PLAN.cases[0], "/cap/tests", ("demo_app", "a_helper"))
     assert env["PYTHONPATH"].split(":") == [*RUNTIME.stdlib_path, RUNNER_MODULES, SITE_MODULES]
     assert env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert env["CASEBOX_RUNNER_BOOT"] == f"/cap/tests\n{SITE_PATH}/\na_helper,demo_app"
     module = case_env(RUNTIME, PLAN.cases[1])
     assert module["PYTHONPATH"].split(":") == [*RUNTIME.stdlib_path, SITE_MODULES] and module["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert "CASEBOX_RUNNER_BOOT" not in module
     assert not any(name.startswith(("GIT_", "PIP_")) for name in env)
 
 

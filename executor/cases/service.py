@@ -61,6 +61,7 @@ from executor.evidence.receipts import (
 from executor.deps.protocol import CANDIDATE as CANDIDATE_TREE
 from executor.deps.protocol import RUNNER as RUNNER_TREE
 from executor.cases.runtime import Runtime
+from executor.cases.runner_boot import SETTINGS as RUNNER_BOOT_SETTINGS
 from executor.deps.shadowing import modules, shadowed
 from executor.scratch import BUNDLE_NAME
 from executor.transport.ustar import TOP, TOTAL_MAX_BYTES
@@ -98,43 +99,24 @@ CASE_ENV = {
     "HYPOTHESIS_NO_PLUGINS": "1",
     "PYTHONNOUSERSITE": "1",
 }
-# The pytest op's process is the runner. Before any test runs it makes itself non-dumpable, so no process of
-# the same UID (a candidate's subprocess) can ptrace it or read or write its memory (E7). Its first two
-# arguments, which it takes off argv, are the verifier tree's path and the candidate's own top-level modules:
-# such a module is found in the candidate's tree only for an import made by code of the verifier's tree or the
-# candidate's, judged by the first frame outside the standard library, so a module the runner imports by itself
-# whenever it finds one (hypothesis imports typing_extensions so) is never the candidate's. A name found
-# elsewhere first (the verifier's own tests package, say, beside a candidate's stray one) is left to the usual
-# search. Then it runs pytest as ``python -m pytest`` would. Should a step fail it exits 3, pytest's own
-# "internal error": never a status a case could pass or be blamed with (the evaluator reads it as an
-# incomplete run).
+# The runner's boot (executor/cases/runner_boot.py) is the runner tree's sitecustomize, so every interpreter of a
+# pytest case that starts with site (a plugin's worker, the verifier's checker) runs it; the runner itself starts
+# with -S and loads it by path. It makes the runner non-dumpable, puts its finder first (a module of the
+# candidate's own projects is found only for an import by the verifier's code or the candidate's), checks that an
+# interpreter started with site would load the same file, then runs pytest as ``python -m pytest`` would. Should
+# a step fail it exits 3, pytest's own "internal error": never a status a case could pass or be blamed with (the
+# evaluator reads it as an incomplete run).
+RUNNER_BOOT_FILE = f"{RUNNER_MODULES}/sitecustomize.py"
 RUNNER_BOOT = (
-    "import ctypes, os, runpy, sys\n"
-    "libc = ctypes.CDLL(None, use_errno=True)\n"
-    "if libc.prctl(4, 0, 0, 0, 0) != 0 or libc.prctl(3, 0, 0, 0, 0) != 0:\n"
-    "    print('casebox: the runner could not make itself non-dumpable', file=sys.stderr)\n"
+    "import importlib.util, runpy, sys\n"
+    "try:\n"
+    f"    spec = importlib.util.spec_from_file_location('casebox_runner_boot', {RUNNER_BOOT_FILE!r})\n"
+    "    boot = importlib.util.module_from_spec(spec)\n"
+    "    spec.loader.exec_module(boot)\n"
+    "    boot.boot_runner()\n"
+    "except Exception as error:\n"
+    "    print(f'casebox: the runner could not boot: {error}', file=sys.stderr)\n"
     "    sys.exit(3)\n"
-    "from importlib.machinery import PathFinder\n"
-    "verifier, own = sys.argv.pop(1), frozenset(filter(None, sys.argv.pop(1).split(',')))\n"
-    f"candidate = {SITE_PATH + '/'!r}\n"
-    "importers = (verifier + '/', candidate)\n"
-    "transparent = ('<frozen ', os.path.dirname(os.__file__) + '/')\n"
-    "class CandidateModulesForTheirOwnImporters:\n"
-    "    def find_spec(self, name, path=None, target=None):\n"
-    "        if path is not None or name not in own:\n"
-    "            return None\n"
-    "        frame = sys._getframe(1)\n"
-    "        while frame is not None and frame.f_code.co_filename.startswith(transparent):\n"
-    "            frame = frame.f_back\n"
-    "        if frame is not None and frame.f_code.co_filename.startswith(importers):\n"
-    "            return None\n"
-    "        spec = PathFinder.find_spec(name)\n"
-    "        places = [] if spec is None else [p for p in (spec.origin, *(spec.submodule_search_locations or ())) if p]\n"
-    "        if not places or not all(place.startswith(candidate) for place in places):\n"
-    "            return None\n"
-    "        raise ModuleNotFoundError(f'casebox: {name} is a module of the candidate, which only the verifier\\'s"
-    " tests and the candidate\\'s own code may import', name=name)\n"
-    "sys.meta_path.insert(0, CandidateModulesForTheirOwnImporters())\n"
     "runpy.run_module('pytest', run_name='__main__', alter_sys=True)\n"
 )
 
@@ -203,20 +185,15 @@ def report_output(index: int) -> str:
     return f"junit-{index}"
 
 
-def case_argv(
-    interpreter: str, case: Case, report: str | None, plugins: Sequence[str] = (), *,
-    verifier: str = f"/cap/{VERIFIER}", candidate_modules: Sequence[str] = (),
-) -> list[str]:
+def case_argv(interpreter: str, case: Case, report: str | None, plugins: Sequence[str] = ()) -> list[str]:
     """The plan's op, materialized (docs/plan.md): no shell, ``-S`` so nothing of the host's site-packages;
-    a pytest case runs the runner's pytest through :data:`RUNNER_BOOT`, loading only the plan's plugins, with
-    the verifier tree's path and the candidate's own modules for the boot."""
+    a pytest case runs the runner's pytest through :data:`RUNNER_BOOT`, loading only the plan's plugins."""
     if case.op == "python-module":
         return [interpreter, "-S", "-m", *case.args]
     if case.op == "console-script":
         return [interpreter, "-S", f"{SITE_PATH}/bin/{case.args[0]}", *case.args[1:]]
     loads = [argument for module in plugins for argument in ("-p", module)]
-    boot = [RUNNER_BOOT, verifier, ",".join(sorted(candidate_modules))]
-    return [interpreter, "-S", "-c", *boot, f"--junitxml={report}", *loads, *case.args]
+    return [interpreter, "-S", "-c", RUNNER_BOOT, f"--junitxml={report}", *loads, *case.args]
 
 
 def search_path(runtime: Runtime, case: Case) -> str:
@@ -226,11 +203,15 @@ def search_path(runtime: Runtime, case: Case) -> str:
     return ":".join([*runtime.stdlib_path, *trees])
 
 
-def case_env(runtime: Runtime, case: Case) -> dict[str, str]:
-    """The op's whole environment: the sandbox allowlist, the search path, and the plan's allowlisted names."""
+def case_env(runtime: Runtime, case: Case, verifier: str = f"/cap/{VERIFIER}", candidate_modules: Sequence[str] = ()) -> dict[str, str]:
+    """The op's whole environment: the sandbox allowlist, the search path, the plan's allowlisted names, and for a
+    pytest case the runner boot's settings: the verifier tree's path, the candidate tree's, the candidate's own
+    top-level modules (executor/cases/runner_boot.py)."""
     bins = [f"{RUNNER_PATH}/bin"] if case.op == "pytest" else []
     env = {**CASE_ENV, "PATH": ":".join([*bins, f"{SITE_PATH}/bin", "/usr/bin", "/bin"]), "PYTHONPATH": search_path(runtime, case)}
     env.update(case.env)
+    if case.op == "pytest":
+        env[RUNNER_BOOT_SETTINGS] = "\n".join([verifier, f"{SITE_PATH}/", ",".join(sorted(candidate_modules))])
     return env
 
 
@@ -360,7 +341,7 @@ class CaseService:
         or why not."""
         self.progress(f"installing {what} in a sandbox")
         self.session.create_output(output, max_bytes=SITE_MAX_BYTES, max_inodes=SITE_MAX_INODES)
-        argv = install_argv(self.runtime, output, wheels)
+        argv = install_argv(self.runtime, output, wheels, runner=output == RUNNER)
         result = self._observe(
             self.starter.run_one(
                 argv, read=["tools", *read], write=[output], limits=Limits(tmp_bytes=512 * MIB),
@@ -465,16 +446,13 @@ class CaseService:
     def _run_case(self, case: Case, binding: Binding, trees: Trees, pipeline: "_CasePipeline") -> tuple[CaseRun, CaseOutput | None]:
         start = pipeline.start_of(case)
         report = start.report
-        argv = case_argv(
-            self.runtime.interpreter, case, f"/out/{report}/{REPORT_NAME}" if report else None, trees.plugins,
-            verifier=f"/cap/{self.verifier}", candidate_modules=trees.candidate_modules,
-        )
+        argv = case_argv(self.runtime.interpreter, case, f"/out/{report}/{REPORT_NAME}" if report else None, trees.plugins)
         cwd = f"/cap/{VERIFIER}" if self.plan.mount is None else "/cap"
         output_cap = min(case.limits.output_kib * KIB, MAX_OUTPUT_CAP)
         result = self._observe(
             self.starter.run_one(
                 argv, read=start.read, write=start.write, limits=start.limits, ahead=start.ahead,
-                when_ready=pipeline.start_ahead, env=case_env(self.runtime, case), cwd=cwd,
+                when_ready=pipeline.start_ahead, env=case_env(self.runtime, case, f"/cap/{self.verifier}", trees.candidate_modules), cwd=cwd,
                 timeout_ms=case.timeout_ms, stdout_cap=output_cap, stderr_cap=output_cap,
             )
         )

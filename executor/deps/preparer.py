@@ -96,10 +96,12 @@ class Unresolved:
     sealed: Sealed | None
 
 
-def install_argv(runtime: Runtime, tree: str, wheels: Sequence[str]) -> list[str]:
+def install_argv(runtime: Runtime, tree: str, wheels: Sequence[str], *, runner: bool = False) -> list[str]:
     """Exactly ``wheels`` installed into ``/out/TREE`` and compiled for ``/cap/TREE``, where the cases mount
-    it: nothing resolved, nothing from the network (executor/inside.py, ``install``)."""
-    return [runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, "install", f"/out/{tree}", f"/cap/{tree}", *wheels]
+    it: nothing resolved, nothing from the network (executor/inside.py, ``install``); the ``runner``'s tree with
+    the runner's boot as its sitecustomize (``install-runner``)."""
+    tool = "install-runner" if runner else "install"
+    return [runtime.interpreter, "-I", "-S", "-B", "-c", BOOT, tool, f"/out/{tree}", f"/cap/{tree}", *wheels]
 
 
 def hash_regular(directory_fd: int, name: str) -> str | None:

@@ -1,0 +1,79 @@
+"""E7: the runner's boot as it runs in every interpreter of a pytest case, here on the host with stand-in trees.
+
+``executor/cases/runner_boot.py`` is the runner tree's ``sitecustomize``:
+interpreters that start with site (a plugin's worker, the verifier's
+checker, the candidate's own processes) install its finder at their start,
+and the runner (``-S``) loads it by path. A module of the candidate's own
+projects is found for the verifier's code and the candidate's, and for the
+program an interpreter was started to run, never for other code on the path
+(the runner's); the runner's own ``-c`` program gets no such leave.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from executor.cases.runner_boot import SETTINGS
+
+BOOT = pathlib.Path(__file__).resolve().parent.parent / "executor" / "cases" / "runner_boot.py"
+REFUSED = "casebox: calc is a module of the candidate"
+
+
+@pytest.fixture
+def trees(tmp_path):
+    """A runner tree holding the boot as sitecustomize and a plugin that imports calc, a candidate tree with
+    calc, and a verifier tree whose check imports it."""
+    runner, candidate, verifier = tmp_path / "runner", tmp_path / "candidate", tmp_path / "verifier"
+    for directory in (runner, candidate / "calc", verifier):
+        directory.mkdir(parents=True)
+    shutil.copy(BOOT, runner / "sitecustomize.py")
+    (runner / "plugin.py").write_text("import calc\n")
+    (candidate / "calc" / "__init__.py").write_text("VALUE = 4\n")
+    (candidate / "calc" / "__main__.py").write_text("import calc\nprint(calc.VALUE)\n")
+    (verifier / "check.py").write_text("import calc\nprint(calc.VALUE)\n")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": f"{runner}:{candidate}", "PYTHONNOUSERSITE": "1",
+        SETTINGS: f"{verifier}\n{candidate}/\ncalc",
+    }
+    return runner, candidate, verifier, env
+
+
+def _run(argv: list[str], env: dict, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_an_interpreter_started_with_site_finds_the_candidate_for_its_program_and_the_verifier_only(trees, tmp_path):
+    """E7: with site, the boot's finder is installed at the start: ``-m calc``, ``-c "import calc"`` and the
+    verifier's own script find calc; other code on the path (the runner's plugin) does not, and is told why."""
+    runner, candidate, verifier, env = trees
+    for argv in (["-m", "calc"], ["-c", "import calc; print(calc.VALUE)"], [str(verifier / "check.py")]):
+        found = _run(argv, env, tmp_path)
+        assert (found.returncode, found.stdout) == (0, "4\n"), (argv, found.stderr)
+    refused = _run(["-c", "import plugin"], env, tmp_path)
+    assert refused.returncode == 1 and REFUSED in refused.stderr, refused.stderr
+    without = _run(["-c", "import plugin"], {**env, SETTINGS: ""}, tmp_path)
+    assert "Error in sitecustomize" in without.stderr, "the settings are required: none is no finder, and says so"
+
+
+def test_the_runner_gets_the_strict_finder_and_refuses_to_start_beside_another_sitecustomize(trees, tmp_path):
+    """E7: the runner (``-S``) loads the boot by path: its own ``-c`` program gets no leave to import calc, nor
+    does a plugin; and it refuses to start (so the case exits 3) where an interpreter started with site would
+    load another sitecustomize first, whose workers would then run without the finder."""
+    runner, candidate, verifier, env = trees
+    load = (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('casebox_runner_boot', {str(runner / 'sitecustomize.py')!r})\n"
+        "boot = importlib.util.module_from_spec(spec); spec.loader.exec_module(boot); boot.boot_runner()\n"
+    )
+    for then in ("import calc", "import plugin"):
+        refused = _run(["-S", "-c", load + then], env, tmp_path)
+        assert refused.returncode == 1 and REFUSED in refused.stderr, (then, refused.stderr)
+    (tmp_path / "sitecustomize.py").write_text("pass\n")
+    shadowed = _run(["-S", "-c", load], env, tmp_path)
+    assert shadowed.returncode == 1 and "would load" in shadowed.stderr and "as sitecustomize" in shadowed.stderr, shadowed.stderr
