@@ -50,13 +50,17 @@ def _run(argv: list[str], env: dict, cwd) -> subprocess.CompletedProcess:
 
 def test_an_interpreter_started_with_site_finds_the_candidate_for_its_program_and_the_verifier_only(trees, tmp_path):
     """E7: with site, the boot's finder is installed at the start: ``-m calc``, ``-c "import calc"`` and the
-    verifier's own script find calc; other code on the path (the runner's plugin) does not, and is told why."""
+    verifier's own script find calc; other code on the path (the runner's plugin) does not, and is told why;
+    nor does code the program ``exec``s with another namespace, or a thread's, as a worker's remote code."""
     runner, candidate, verifier, env = trees
     for argv in (["-m", "calc"], ["-c", "import calc; print(calc.VALUE)"], [str(verifier / "check.py")]):
         found = _run(argv, env, tmp_path)
         assert (found.returncode, found.stdout) == (0, "4\n"), (argv, found.stderr)
-    refused = _run(["-c", "import plugin"], env, tmp_path)
-    assert refused.returncode == 1 and REFUSED in refused.stderr, refused.stderr
+    for argv in (["-c", "import plugin"], ["-c", "exec(compile('import calc', '<remote exec>', 'exec'), {})"],
+                 ["-c", "import _thread, time\n_thread.start_new_thread(exec, (compile('import calc', '<t>', 'exec'), {}))\ntime.sleep(1)"],
+                 ["-c", "import threading, importlib\nt = threading.Thread(target=importlib.import_module, args=('calc',)); t.start(); t.join()"]):
+        refused = _run(argv, env, tmp_path)
+        assert REFUSED in refused.stderr, (argv, refused.stderr)
     without = _run(["-c", "import plugin"], {**env, SETTINGS: ""}, tmp_path)
     assert "Error in sitecustomize" in without.stderr, "the settings are required: none is no finder, and says so"
 

@@ -16,14 +16,16 @@ the first frame outside the standard library, so a module the runner's own
 code imports whenever it finds one (hypothesis's ``typing_extensions``,
 pytest-xdist's ``setproctitle``) is never the candidate's. An interpreter
 started with ``site`` is also a program of its own (``python -m calc``,
-``python -c "import calc"``): there an import with no frame outside the
-standard library, or made by the outermost frame of a ``-c`` or stdin
-program, is the program's, and found. The runner's boot admits neither: its
+``python -c "import calc"``): there an import on the main thread with no
+frame outside the standard library, or made by the outermost frame of a
+``-c`` or stdin program (in ``__main__``'s namespace), is the program's,
+and found; a thread's or an ``exec``'d code's is not. The runner's boot admits neither: its
 own outermost frame is casebox's ``-c``, and pytest runs under it. A name the
 search finds elsewhere first (the verifier's own ``tests`` package beside a
 candidate's stray one) is left to the usual search.
 """
 
+import _thread
 import os
 import sys
 from importlib.machinery import PathFinder
@@ -42,6 +44,8 @@ class CandidateModulesForTheirOwnImporters:
         self.importers = (verifier + "/", candidate)
         self.transparent = ("<frozen ", os.path.dirname(os.__file__) + "/")
         self.programs_import = programs_import
+        # Installed at the interpreter's start, on its main thread: the one the program runs on.
+        self.main_thread = _thread.get_ident()
 
     def find_spec(self, name, path=None, target=None):
         if path is not None or name not in self.own:
@@ -50,7 +54,7 @@ class CandidateModulesForTheirOwnImporters:
         while frame is not None and frame.f_code.co_filename.startswith(self.transparent):
             frame = frame.f_back
         if frame is None or (frame.f_back is None and frame.f_code.co_filename.startswith("<")):
-            if self.programs_import:
+            if self.programs_import and _thread.get_ident() == self.main_thread and _in_main(frame):
                 return None
         elif frame.f_code.co_filename.startswith(self.importers):
             return None
@@ -62,6 +66,12 @@ class CandidateModulesForTheirOwnImporters:
             f"casebox: {name} is a module of the candidate, which only the verifier's tests and the candidate's own "
             "code may import", name=name,
         )
+
+
+def _in_main(frame) -> bool:
+    """No frame (``-m``: the standard library's runpy alone), or one running in ``__main__``'s namespace."""
+    main = sys.modules.get("__main__")
+    return frame is None or (main is not None and frame.f_globals is getattr(main, "__dict__", None))
 
 
 def install(programs_import: bool) -> None:
