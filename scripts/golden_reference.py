@@ -209,6 +209,7 @@ def vectors() -> list[dict]:
         out.append(valid(f"reserve_{name}", f"the last non-retirement record ends {abs(delta)} bytes before the reserve" if delta else "the last non-retirement record ends exactly where the reserve starts", journal))
     over = Journal().fill_to(RESERVE_START + 8)
     out.append(broken("reserve_plus_8", "the last non-retirement record ends 8 bytes inside the reserve (8 is the alignment step)", bytes(over.data), "OVER_CAP", over, len(over.offsets) - 1))
+    out.append(broken("torn_inside_reserve", "reserve_plus_8 less its last byte: placement judges records, so the cut last frame is TORN by its shape although it reaches into the reserve", bytes(over.data[:-1]), "TORN", over, len(over.offsets) - 1))
     out.append(broken("over_cap_file", "a full journal with 8 more bytes: over the 262,144-byte cap", bytes(full.data) + bytes(8), "OVER_CAP", full, len(full.offsets)))
 
     data = bytes(full_kinds.data)

@@ -275,6 +275,24 @@ def test_non_retirement_record_inside_the_reserve_is_over_cap():
     assert verdict(filled(RESERVE_START).bytes()) is Verdict.VALID
 
 
+def test_a_cut_last_frame_is_judged_by_its_shape_not_by_the_end_it_declares():
+    """J2, J4: placement judges records, complete frames; a last frame cut short is TORN by its shape even when
+    its header declares a non-retirement record ending inside the reserve, or a record ending past the cap."""
+    valid = filled(RESERVE_START)
+    cut = struct.pack(">IHBB", 3_400, Kind.MOUNT_INTENT, 1, 0) + b'{"at":1,"kind":"bind","op_id":"m"'
+    reading = read_journal(valid.bytes() + cut)
+    assert (reading.verdict, len(reading.records), reading.valid_bytes, reading.head) == (
+        Verdict.TORN, len(valid.offsets), RESERVE_START, valid.heads[-1]
+    ), reading.reason
+    retired = filled(RESERVE_START)
+    base = len(retired.payload(Kind.RETIREMENT_INTENT, note=""))
+    retired.add(Kind.RETIREMENT_INTENT, note="n" * (MAX_FRAME - 8 - base)).add(Kind.RETIRED, note="")
+    cut = struct.pack(">IHBB", 4_096, Kind.RETIRED, 1, 0) + b'{"at":1,"note":"nn'
+    assert len(retired.data) + HEADER.size + 4_096 > CAP >= len(retired.data) + len(cut)
+    reading = read_journal(retired.bytes() + cut)
+    assert (reading.verdict, len(reading.records), reading.valid_bytes) == (Verdict.TORN, len(retired.offsets), len(retired.data))
+
+
 def test_retirement_records_may_use_the_reserve():
     """J2: RETIREMENT_INTENT and RETIRED of 4,104 bytes each fill the journal to exactly 262,144 bytes."""
     chain = filled(RESERVE_START)
