@@ -173,9 +173,11 @@ class _Walk:
             except FrameError as error:
                 # A zero header breaks the length rule, so it is told apart only once the header is refused.
                 if data[offset:payload_start] == _ZERO_HEADER:
-                    if rest <= MAX_FRAME and not any(data[offset:end]):
+                    if any(data[offset:end]):
+                        raise self._stop(offset, Verdict.CORRUPT, ": a zero header is followed by nonzero bytes") from None
+                    if rest <= MAX_FRAME:
                         raise self._stop(offset, Verdict.TORN, f": the last frame is zero-filled ({rest} bytes)") from None
-                    raise self._stop(offset, Verdict.CORRUPT, ": a zero header is followed by nonzero bytes") from None
+                    raise self._stop(offset, Verdict.CORRUPT, f": the zero-filled tail ({rest} bytes) is longer than any one frame ({MAX_FRAME})") from None
                 raise self._stop(offset, Verdict.CORRUPT, f": {error.reason}") from None
             frame_end = payload_start + padded(length)
             if frame_end > end:

@@ -351,7 +351,10 @@ def test_zero_filled_tail_is_torn_but_only_up_to_one_frame():
     """J4: zeros after the last frame are a torn frame only while they could be one frame."""
     data = Chain().process().bytes()
     assert verdict(data + bytes(MAX_FRAME)) is Verdict.TORN
-    assert verdict(data + bytes(MAX_FRAME + 8)) is Verdict.CORRUPT
+    reading = read_journal(data + bytes(MAX_FRAME + 8))
+    assert reading.verdict is Verdict.CORRUPT and reading.reason.endswith(
+        f": the zero-filled tail ({MAX_FRAME + 8} bytes) is longer than any one frame ({MAX_FRAME})"
+    ), reading.reason
 
 
 def test_zero_header_before_nonzero_bytes_is_corrupt():

@@ -46,9 +46,11 @@ def _reference(data: bytes) -> tuple[str, str, int, list[tuple]]:
             return "TORN", f"{where()}: the last frame's header is incomplete ({rest} of 8 bytes)", offset, records
         header = data[offset : offset + HEADER_BYTES]
         if header == bytes(HEADER_BYTES):
-            if rest <= MAX_FRAME and not any(data[offset:]):
+            if any(data[offset:]):
+                return "CORRUPT", f"{where()}: a zero header is followed by nonzero bytes", offset, records
+            if rest <= MAX_FRAME:
                 return "TORN", f"{where()}: the last frame is zero-filled ({rest} bytes)", offset, records
-            return "CORRUPT", f"{where()}: a zero header is followed by nonzero bytes", offset, records
+            return "CORRUPT", f"{where()}: the zero-filled tail ({rest} bytes) is longer than any one frame ({MAX_FRAME})", offset, records
         length, kind_number, version, reserved = HEADER.unpack(header)
         try:
             kind = check_header(length, kind_number, version, reserved)
