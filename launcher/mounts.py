@@ -75,6 +75,9 @@ class Builder:
             # runtime's interpreter), so the sandbox runs the execute-only copy wherever it names that path.
             if not stat.S_ISREG(os.stat(relative, follow_symlinks=False).st_mode):
                 raise OSError(f"{target} is not a regular file of the trees attached before it")
+            # A clone of a shared mount is its peer (a systemd host's / and /usr are shared): a mount on top of
+            # a file in it would propagate to the host's own. The new root's trees go private first.
+            sc.mount(None, ".", None, sc.MS_REC | sc.MS_PRIVATE)
         elif target.startswith(("/cap/", "/out/")) or target == "/etc":
             os.mkdir(relative, 0o755)
         elif target != "/usr":

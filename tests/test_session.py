@@ -7,6 +7,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 
@@ -341,6 +342,46 @@ def test_every_sandbox_runs_the_interpreter_from_an_execute_only_copy_so_its_pro
     refused = ("No such file or directory", "Permission denied")
     assert seen[True] in [f"fd/0 {fd}\nmem {mem}\ndumpable 0\n" for fd in refused for mem in refused], seen
     assert seen[False] == "fd/0 opened\nmem opened\ndumpable 1\n", seen
+
+
+SHARED_HOST = """
+import os, sys
+sys.path[:0] = sys.argv[1:3]
+from steward.session import Steward
+from steward_support import ENV, accept_all, settings
+
+def mounted_here(path):
+    with open("/proc/self/mountinfo") as table:
+        return any(line.split()[4] == path for line in table)
+
+interpreter = os.path.realpath("/usr/bin/python3")
+steward = Steward(settings(sys.argv[3], (int(sys.argv[4]), int(sys.argv[5]))), capability_check=accept_all)
+session = steward.open_session("attempt-1")
+session.set_interpreter(os.open(interpreter, os.O_RDONLY), interpreter)
+session.start_sandbox()
+outcome = session.run([interpreter, "-S", "-c", "print('ran')"], env=ENV, timeout_ms=20_000, stdout_cap=100, stderr_cap=1000)
+during = mounted_here(interpreter)
+session.close_sandbox()
+closed = session.close()
+steward.close()
+print(outcome.observation.stdout.decode().strip(), during, mounted_here(interpreter), closed.cleanup)
+"""
+
+
+def test_the_interpreter_s_mount_stays_in_its_sandbox_on_a_host_whose_mounts_are_shared(state_path, sandbox_ids):
+    """E7, S4: on a systemd host / and /usr are shared, and a tree cloned from a shared mount is its peer: the
+    interpreter's copy mounted over its path inside the sandbox's /usr reached the host's /usr/bin/python3.11
+    (and the stage could not retire while its copy stayed mounted there). pid 1 makes the new root's trees
+    private before it mounts the copy. Here the host is a mount namespace of the test's own whose mounts are
+    shared; the copy is never mounted in it, during the op or after."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    uid, gid = sandbox_ids
+    found = subprocess.run(
+        ["unshare", "--mount", "--propagation", "shared", sys.executable, "-c", SHARED_HOST, repo,
+         os.path.join(repo, "tests"), state_path, str(uid), str(gid)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert found.stdout.split() == ["ran", "False", "False", "CLEANED"], found.stdout + found.stderr
 
 
 @pytest.mark.parametrize("path, rule", [
