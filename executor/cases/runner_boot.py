@@ -85,9 +85,9 @@ def install(programs_import: bool) -> None:
 
 def boot_runner() -> None:
     """The runner's own start: non-dumpable, so no process of the same UID can ptrace it or open its memory
-    (the execute-only interpreter makes it so already, this says it for the runner whatever runs it); the
-    finder in its strict form; and the check that an interpreter started with ``site`` finds this file as its
-    ``sitecustomize``, so the runner's workers get the finder too."""
+    (every process that execs the session's execute-only interpreter already is; this holds for the runner
+    whatever binary runs it); the finder in its strict form; and the check that an interpreter started with
+    ``site`` finds this file as its ``sitecustomize``, so the runner's workers get the finder too."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
