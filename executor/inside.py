@@ -33,6 +33,7 @@ LIBRARIES = ("installer",)
 BOOT = f"import sys; sys.path[:0] = [{TOOLS!r}]; from executor.inside import main; sys.exit(main(sys.argv[1:]))"
 # The runner's boot, which install-runner writes as the runner tree's sitecustomize (executor/cases/runner_boot.py).
 RUNNER_BOOT_SOURCE = "executor/cases/runner_boot.py"
+RUNNER_BOOT_NAME = "sitecustomize.py"
 
 
 def modules() -> tuple[str, ...]:
@@ -125,7 +126,7 @@ def _install(target: str, mounted: str, wheels: Sequence[str], *, runner: bool =
         with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), RUNNER_BOOT_SOURCE), "rb") as source:
             boot = source.read()
         try:
-            with open(os.path.join(modules, "sitecustomize.py"), "xb") as written:
+            with open(os.path.join(modules, RUNNER_BOOT_NAME), "xb") as written:
                 written.write(boot)
         except FileExistsError:
             print("casebox install: the runner's closure ships a sitecustomize of its own, where the runner's boot goes", file=sys.stderr)

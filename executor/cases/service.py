@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 
 from executor.transport import identity
 from executor.environ import SANDBOX_ENV
-from executor.inside import BOOT, MODULES_DIRECTORY
+from executor.inside import BOOT, MODULES_DIRECTORY, RUNNER_BOOT_NAME
 from executor.evidence.junit import MISSING, REFUSED, REPORT_NAME, PytestEvidence, Report, report_from_directory
 from executor.transport.manifest import wheel_project
 from executor.cases.ownership import CASE_SERVICE, Ahead, Gate, LifecycleEvidence, StartFailed, failure_of
@@ -106,7 +106,7 @@ CASE_ENV = {
 # interpreter started with site would load the same file, then runs pytest as ``python -m pytest`` would. Should
 # a step fail it exits 3, pytest's own "internal error": never a status a case could pass or be blamed with (the
 # evaluator reads it as an incomplete run).
-RUNNER_BOOT_FILE = f"{RUNNER_MODULES}/sitecustomize.py"
+RUNNER_BOOT_FILE = f"{RUNNER_MODULES}/{RUNNER_BOOT_NAME}"
 RUNNER_BOOT = (
     "import importlib.util, runpy, sys\n"
     "try:\n"
