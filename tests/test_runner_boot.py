@@ -81,3 +81,41 @@ def test_the_runner_gets_the_strict_finder_and_refuses_to_start_beside_another_s
     (tmp_path / "sitecustomize.py").write_text("pass\n")
     shadowed = _run(["-S", "-c", load], env, tmp_path)
     assert shadowed.returncode == 1 and "would load" in shadowed.stderr and "as sitecustomize" in shadowed.stderr, shadowed.stderr
+
+
+def test_an_interpreter_started_with_site_searches_no_site_packages_of_its_runtime(trees, tmp_path):
+    """E7: what ``site`` adds to the search path is dropped wherever the boot runs, so a worker or a checker
+    searches what the runner (``-S``) does. The runtime here is a venv whose site-packages holds a module, and
+    a ``.pth`` listing a directory with another (a setup-python Python where the CI job installed packages, or
+    Debian's dist-packages): with the boot, neither is found and the path is PYTHONPATH's and the standard
+    library's; without its settings, both are. A site-packages directory PYTHONPATH itself names is kept, with
+    what its ``.pth`` files list.
+    Red without ``drop_site_packages``."""
+    runner, candidate, verifier, env = trees
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    site_packages = pathlib.Path(subprocess.run(
+        [python, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True, check=True,
+    ).stdout.strip())
+    (site_packages / "hostonly.py").write_text("")
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    (listed / "pthonly.py").write_text("")
+    (site_packages / "extra.pth").write_text(f"{listed}\n")
+    probe = ["-c", "import importlib.util, sys; print([importlib.util.find_spec(n) is not None for n in ('hostonly', 'pthonly')])\n"
+                   "print('\\n'.join(sys.path[1:]))"]
+
+    def searched(environment: dict) -> tuple[str, list[str]]:
+        done = subprocess.run([python, *probe], env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        found, *path = done.stdout.splitlines()
+        return found, path
+
+    found, path = searched(env)
+    assert found == "[False, False]", path
+    assert path[:2] == [str(runner), str(candidate)] and not {str(site_packages), str(listed)} & set(path), path
+    assert all(entry.startswith(sys.base_prefix) for entry in path[2:]), "after PYTHONPATH, the standard library alone"
+    assert searched({**env, SETTINGS: ""})[0] == "[True, True]", "the precondition: site adds both without the boot"
+    named = searched({**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{site_packages}"})
+    assert named[0] == "[True, True]" and str(site_packages) in named[1], named

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 import pytest
 from test_hostile_candidates import CALC_MAIN, VERIFIER_TEST, calc, status, v2_plan, verify, world  # noqa: F401
 from test_verify import EXAMPLES
 from wheelforge import wheel
+
+from executor.cases.runtime import choose_interpreter
 
 pytestmark = pytest.mark.root
 
@@ -165,3 +168,33 @@ def test_a_v2_verifier_mount_imports_as_its_name(world, casebox, tmp_path):
     plan = v2_plan(verifier={"mount": "tests"})
     result, output = verify(world, casebox, tmp_path, [honest], tests=tests, plan=plan, hand_tests_dir=True)
     assert status(output) == ("PASS", "passed"), output
+
+
+HERMETIC_TESTS = {"test_calc.py": '''
+import json
+import subprocess
+import sys
+
+
+def test_a_checker_searches_no_site_packages():
+    probe = "import json, site, sys; print(json.dumps([sys.path, site.getsitepackages()]))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    path, site_dirs = json.loads(out.stdout)
+    assert not set(path) & set(site_dirs), path
+    trees = ("/cap/runner/", "/cap/site/")
+    assert [entry for entry in path if entry.startswith(trees)] == [entry for entry in sys.path if entry.startswith(trees)]
+'''}
+
+
+def test_the_verifier_s_checker_searches_no_site_packages_of_the_host(world, casebox, tmp_path):
+    """E7: an interpreter the verifier's test starts with ``site`` (its checker; a plugin's worker) searches what
+    the runner does, never the runtime's site-packages: here the host's ``dist-packages`` under the sandbox's
+    ``/usr`` (Debian and Ubuntu), and on a CI runner a setup-python Python's site-packages with the job's own
+    installs. PASS; FAIL without the runner boot's ``drop_site_packages``, where the runtime has one."""
+    runtime = choose_interpreter()
+    probe = "import os, site; print(any(os.path.isdir(d) for d in site.getsitepackages()))"
+    if subprocess.run([runtime, "-c", probe], capture_output=True, text=True, timeout=60).stdout.strip() != "True":
+        pytest.skip(f"{runtime} has no site-packages directory for a case to leak")
+    honest = calc(tmp_path / "w", files={"calc/__main__.py": HONEST_MAIN})
+    result, output = verify(world, casebox, tmp_path, [honest], tests=HERMETIC_TESTS)
+    assert status(output) == ("PASS", "passed") and result.returncode == 0, output

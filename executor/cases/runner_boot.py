@@ -23,6 +23,13 @@ and found; a thread's or an ``exec``'d code's is not. The runner's boot admits n
 own outermost frame is casebox's ``-c``, and pytest runs under it. A name the
 search finds elsewhere first (the verifier's own ``tests`` package beside a
 candidate's stray one) is left to the usual search.
+
+An interpreter started with ``site`` also drops what ``site`` added to its
+search path: the runtime's site-packages (a CI job's own installs, in a
+setup-python toolcache) and the host's ``dist-packages`` (Debian and Ubuntu),
+with whatever their ``.pth`` files listed. So a worker or a checker searches
+what the runner, started with ``-S``, does: the standard library, the runner,
+the candidate; never a package of the host that ran the case.
 """
 
 import _thread
@@ -83,6 +90,22 @@ def install(programs_import: bool) -> None:
     sys.meta_path.insert(0, CandidateModulesForTheirOwnImporters(verifier, candidate, own, programs_import))
 
 
+def drop_site_packages() -> None:
+    """Cut the search path where the first directory ``site`` added begins: it appends each site-packages
+    directory, then the paths of its ``.pth`` files, after everything else. A directory that PYTHONPATH itself
+    lists is the starter's choice, and kept with what its ``.pth`` files list."""
+    import site
+
+    listed = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    added = set(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        added.add(site.getusersitepackages())
+    for index, entry in enumerate(sys.path):
+        if entry in added and entry not in listed:
+            del sys.path[index:]
+            return
+
+
 def boot_runner() -> None:
     """The runner's own start: non-dumpable, so no process of the same UID can ptrace it or open its memory
     (every process that execs the session's execute-only interpreter already is; this holds for the runner
@@ -102,3 +125,4 @@ def boot_runner() -> None:
 # Imported by site, not by the trusted side (executor.cases.service reads SETTINGS) nor by the runner's -S boot.
 if __name__ == "sitecustomize" and SETTINGS in os.environ:
     install(programs_import=True)
+    drop_site_packages()
