@@ -417,6 +417,19 @@ def test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates(w
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
 
+@pytest.mark.parametrize("scheme", ["purelib", "platlib"])
+def test_a_module_a_wheel_installs_through_its_data_directory_is_listed_and_never_the_runners(world, casebox, tmp_path, scheme):
+    """E7: a wheel's ``NAME-VERSION.data/purelib/`` and ``platlib/`` hold files the installer writes at the top
+    of the installed tree, beside the wheel's own modules, so ``calc-1.0.data/purelib/typing_extensions.py`` is a
+    top-level module of the candidate like ``typing_extensions.py`` itself. The resolver's listing of a wheel's
+    modules counts them (``executor.deps.shadowing.modules``), so the runner's boot refuses it to hypothesis's
+    late import: FAIL, as the honest candidate; PASS without the guard, a listing that skips every ``.data``
+    member."""
+    hostile = calc(tmp_path / "w", files={f"calc-1.0.data/{scheme}/typing_extensions.py": RUNNER_FORGE})
+    result, output = verify(world, casebox, tmp_path, [hostile], plan=HYPOTHESIS_PLAN)
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
 # The verifier's checker reading the candidate's output on its stdin: alive, and still starting, while the
 # candidate's own processes may still run.
 STDIN_CHECKED_VERIFIER_TEST = '''"""The verifier's test: the candidate's output piped into the verifier's own checker."""
@@ -664,5 +677,6 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_a_candidate_with_more_top_level_modules_than_begin_lists_is_refused_whole",
         "test_the_candidate_cannot_reach_into_the_verifiers_checker_through_proc",
         "test_a_module_a_runner_worker_imports_when_it_finds_one_is_never_the_candidates",
+        "test_a_module_a_wheel_installs_through_its_data_directory_is_listed_and_never_the_runners",
     } <= names
 
