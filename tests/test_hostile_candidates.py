@@ -12,7 +12,9 @@ the guard removed, the attack gets its PASS and the test goes red.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import marshal
 import os
 import pathlib
 import re
@@ -430,6 +432,19 @@ def test_a_module_a_wheel_installs_through_its_data_directory_is_listed_and_neve
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
 
+def test_a_sourceless_module_the_runner_imports_when_it_finds_one_is_listed_and_never_the_runners(world, casebox, tmp_path):
+    """E7: a top-level ``typing_extensions.pyc`` with no source beside it is a module too (the import system's
+    sourceless loader runs it), so the forging typing_extensions can ship as bytecode alone. The listing of a
+    wheel's modules counts ``.pyc`` files (``executor.deps.shadowing.modules``), so the runner's boot refuses it
+    to hypothesis's late import: FAIL, as the honest candidate; PASS without the guard, a listing that counts
+    ``.py`` files alone."""
+    code = compile(RUNNER_FORGE, "typing_extensions.py", "exec")
+    bytecode = importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)
+    hostile = calc(tmp_path / "w", files={"typing_extensions.pyc": bytecode})
+    result, output = verify(world, casebox, tmp_path, [hostile], plan=HYPOTHESIS_PLAN)
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
 # The verifier's checker reading the candidate's output on its stdin: alive, and still starting, while the
 # candidate's own processes may still run.
 STDIN_CHECKED_VERIFIER_TEST = '''"""The verifier's test: the candidate's output piped into the verifier's own checker."""
@@ -678,5 +693,6 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_the_candidate_cannot_reach_into_the_verifiers_checker_through_proc",
         "test_a_module_a_runner_worker_imports_when_it_finds_one_is_never_the_candidates",
         "test_a_module_a_wheel_installs_through_its_data_directory_is_listed_and_never_the_runners",
+        "test_a_sourceless_module_the_runner_imports_when_it_finds_one_is_listed_and_never_the_runners",
     } <= names
 
