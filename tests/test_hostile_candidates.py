@@ -27,7 +27,7 @@ from wheelforge import wheel
 from executor.transport import pack
 from executor.cases.service import RUNNER_MODULES, SITE_MODULES, search_path
 from executor.inside import MODULES_DIRECTORY
-from executor.cases.runtime import inspect
+from executor.cases.runtime import choose_interpreter, inspect
 from plan_support import case as case_doc
 
 pytestmark = pytest.mark.root
@@ -445,6 +445,41 @@ def test_a_sourceless_module_the_runner_imports_when_it_finds_one_is_listed_and_
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
 
+EXTENSION_FORGE = """#include <Python.h>
+
+static struct PyModuleDef forge = {PyModuleDef_HEAD_INIT, "typing_extensions", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit_typing_extensions(void)
+{
+    if (PyRun_SimpleString(%s) != 0)
+        return NULL;
+    return PyModule_Create(&forge);
+}
+"""
+
+
+def test_an_extension_module_the_runner_imports_when_it_finds_one_is_listed_and_never_the_runners(world, casebox, tmp_path):
+    """E7: a C extension is a module too: ``typing_extensions.cpython-311-x86_64-linux-gnu.so`` (the runtime's
+    own suffix), whose init function runs the forge. The listing of a wheel's modules counts extension modules
+    by every suffix (``executor.deps.shadowing.modules``), so the runner's boot refuses it to hypothesis's late
+    import: FAIL, as the honest candidate; PASS without the guard, a listing that counts Python files alone.
+    Built here with the C compiler and headers scripts/bootstrap installs, for the case runtime."""
+    runtime = choose_interpreter()
+    where = json.loads(subprocess.run(
+        [runtime, "-c", "import importlib.machinery, json, sysconfig; "
+                        "print(json.dumps([sysconfig.get_paths()['include'], importlib.machinery.EXTENSION_SUFFIXES[0]]))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout)
+    include, suffix = where
+    source = tmp_path / "forge.c"
+    source.write_text(EXTENSION_FORGE % json.dumps(RUNNER_FORGE))
+    built = tmp_path / f"typing_extensions{suffix}"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", f"-I{include}", str(source), "-o", str(built)], check=True, timeout=120)
+    hostile = calc(tmp_path / "w", files={built.name: built.read_bytes()})
+    result, output = verify(world, casebox, tmp_path, [hostile], plan=HYPOTHESIS_PLAN)
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
 # The verifier's checker reading the candidate's output on its stdin: alive, and still starting, while the
 # candidate's own processes may still run.
 STDIN_CHECKED_VERIFIER_TEST = '''"""The verifier's test: the candidate's output piped into the verifier's own checker."""
@@ -694,5 +729,6 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_a_module_a_runner_worker_imports_when_it_finds_one_is_never_the_candidates",
         "test_a_module_a_wheel_installs_through_its_data_directory_is_listed_and_never_the_runners",
         "test_a_sourceless_module_the_runner_imports_when_it_finds_one_is_listed_and_never_the_runners",
+        "test_an_extension_module_the_runner_imports_when_it_finds_one_is_listed_and_never_the_runners",
     } <= names
 
