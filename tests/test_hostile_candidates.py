@@ -12,9 +12,7 @@ the guard removed, the attack gets its PASS and the test goes red.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import marshal
 import os
 import pathlib
 import re
@@ -437,10 +435,13 @@ def test_a_sourceless_module_the_runner_imports_when_it_finds_one_is_listed_and_
     sourceless loader runs it), so the forging typing_extensions can ship as bytecode alone. The listing of a
     wheel's modules counts ``.pyc`` files (``executor.deps.shadowing.modules``), so the runner's boot refuses it
     to hypothesis's late import: FAIL, as the honest candidate; PASS without the guard, a listing that counts
-    ``.py`` files alone."""
-    code = compile(RUNNER_FORGE, "typing_extensions.py", "exec")
-    bytecode = importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)
-    hostile = calc(tmp_path / "w", files={"typing_extensions.pyc": bytecode})
+    ``.py`` files alone. The case runtime compiles it, so its bytecode is what that runtime loads."""
+    compiled = subprocess.run(
+        [choose_interpreter(), "-c", "import importlib.util, marshal, sys; sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER"
+                                     " + bytes(12) + marshal.dumps(compile(sys.stdin.read(), 'typing_extensions.py', 'exec')))"],
+        input=RUNNER_FORGE.encode(), capture_output=True, check=True, timeout=60,
+    )
+    hostile = calc(tmp_path / "w", files={"typing_extensions.pyc": compiled.stdout})
     result, output = verify(world, casebox, tmp_path, [hostile], plan=HYPOTHESIS_PLAN)
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
