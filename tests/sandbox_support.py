@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
+import shutil
 import textwrap
 
 import psutil
@@ -34,6 +36,34 @@ def mount_table(own: str) -> list[str]:
         if point == own.rstrip("/") or point.startswith(inside) or source == "casebox":
             found.append(line.split(" ", 4)[4])
     return sorted(found)
+
+
+def start_with_launcher_without(tmp_path: pathlib.Path, sandbox_ids: tuple[int, int], monkeypatch, line: str):
+    """A session's sandbox start with a launcher built from this checkout's with ``line`` (a namespace flag of
+    launcher/reexec.py's) left out, provisioned as if it were the shipped one: what a test of the starter's
+    own checks of the launcher's word runs. The start's failure sentence, and what the session's close said."""
+    import launcher
+    from steward import provision
+    from steward.failure import SandboxFailure
+    from steward.session import Steward
+    from steward_support import accept_all, settings
+
+    forged = tmp_path / "launcher"
+    shutil.copytree(pathlib.Path(launcher.__file__).parent, forged, ignore=shutil.ignore_patterns("__pycache__"))
+    source = (forged / "reexec.py").read_text()
+    assert source.count(line) == 1, f"launcher/reexec.py no longer holds {line!r} once"
+    (forged / "reexec.py").write_text(source.replace(line, ""))
+    data = provision.build(forged)
+    monkeypatch.setattr(provision, "shipped", lambda: (data, hashlib.sha256(data).digest()))
+    steward = Steward(settings(str(tmp_path / "state"), sandbox_ids), capability_check=accept_all)
+    try:
+        session = steward.open_session("forged-launcher")
+        with pytest.raises(SandboxFailure) as failure:
+            session.start_sandbox()
+        closed = session.close()
+    finally:
+        steward.close()
+    return str(failure.value), closed
 
 
 def processes_of(uid: int, gid: int) -> list[int]:

@@ -8,6 +8,7 @@ of the dedicated UID remains and the host mount table is unchanged (the
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import socket
 import subprocess
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from sandbox_support import contained, hostile, run, start, state_root  # noqa: F401
+from sandbox_support import contained, hostile, processes_of, run, start, start_with_launcher_without, state_root  # noqa: F401
 from steward.api import Limits
 from steward.starter import OpResult
 
@@ -186,23 +187,37 @@ def test_host_processes_are_invisible(sandbox_ids, state_root):
 
 
 def test_pid_one_can_be_neither_killed_nor_traced(sandbox_ids, state_root):
-    """S8: signals and ptrace against pid 1 fail, and the sandbox keeps serving ops."""
+    """S8: the op's parent is pid 1 of the sandbox's own pid namespace, the launcher (not the host's init,
+    which would refuse the same signals and ptrace for reasons of its own); signals and ptrace against it
+    fail, and the sandbox keeps serving ops."""
     with start(sandbox_ids, state_root) as sandbox:
         first = sandbox.run(["/usr/bin/python3", "-c", """
 import ctypes, errno, json, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
+parent = os.getppid()
 for number in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP, signal.SIGINT):
     try:
         os.kill(1, number)
     except OSError:
         pass
 traced = libc.ptrace(16, 1, 0, 0)
-print(json.dumps({'ptrace': traced, 'errno': errno.errorcode.get(ctypes.get_errno())}))
+print(json.dumps({'parent': parent, 'ptrace': traced, 'errno': errno.errorcode.get(ctypes.get_errno())}))
 """], env={}, timeout_ms=10_000, stdout_cap=4096, stderr_cap=4096)
         second = sandbox.run(["/usr/bin/true"], env={}, timeout_ms=5000, stdout_cap=64, stderr_cap=64)
     assert first.limit == "OK", first.stderr
-    assert b'"ptrace": -1' in first.stdout and b'"errno": "EPERM"' in first.stdout
+    assert json.loads(first.stdout) == {"parent": 1, "ptrace": -1, "errno": "EPERM"}
     assert second.limit == "OK"
+
+
+@pytest.mark.root
+def test_a_launcher_that_leaves_out_the_pid_namespace_never_gets_ready(tmp_path, sandbox_ids, monkeypatch):
+    """S8: the starter checks through the host's /proc that the process stage 1 reports is its own child and
+    pid 1 of a pid namespace of its own before it releases it; a launcher built to leave CLONE_NEWPID out
+    (provisioned as if shipped) fails the start, and no op runs."""
+    failure, closed = start_with_launcher_without(tmp_path, sandbox_ids, monkeypatch, "    | syscalls.CLONE_NEWPID\n")
+    assert "is not our child and pid 1 of a new namespace" in failure
+    assert closed.cleanup == "CLEANED" and processes_of(*sandbox_ids) == []
+    assert processes_of(*sandbox_ids) == []
 
 
 def test_pid_one_descriptors_and_environment_are_closed_to_ops(sandbox_ids, state_root):

@@ -22,7 +22,7 @@ from pipeline_support import BINDING, RUNTIME, FakeSession, outcome
 from plan_support import case as case_doc
 from test_forwarder import forwarding
 from test_resolver import failure, leaves
-from sandbox_support import mount_table, processes_of
+from sandbox_support import mount_table, processes_of, start_with_launcher_without
 from test_verify import EXAMPLES, packed, scratch_dirs, table, value
 from wheelforge import wheel
 
@@ -359,27 +359,8 @@ def test_a_launcher_whose_pid_1_shares_the_stewards_network_namespace_never_gets
     """S9: the starter checks through the host's /proc that pid 1 is in a network namespace of its own before
     it ACKs READY; a launcher built to leave CLONE_NEWNET out (provisioned as if shipped) fails the start, and
     no op runs."""
-    import launcher
-    from steward import provision
-    from steward.failure import SandboxFailure
-    from steward.session import Steward
-    from steward_support import accept_all, settings
-
-    forged = tmp_path / "launcher"
-    shutil.copytree(pathlib.Path(launcher.__file__).parent, forged, ignore=shutil.ignore_patterns("__pycache__"))
-    source = (forged / "reexec.py").read_text()
-    assert "    | syscalls.CLONE_NEWNET\n" in source
-    (forged / "reexec.py").write_text(source.replace("    | syscalls.CLONE_NEWNET\n", ""))
-    data = provision.build(forged)
-    monkeypatch.setattr(provision, "shipped", lambda: (data, hashlib.sha256(data).digest()))
-    steward = Steward(settings(str(tmp_path / "state"), sandbox_ids), capability_check=accept_all)
-    try:
-        session = steward.open_session("net-2")
-        with pytest.raises(SandboxFailure, match="pid 1 shares the steward's network namespace"):
-            session.start_sandbox()
-        closed = session.close()
-    finally:
-        steward.close()
+    failure, closed = start_with_launcher_without(tmp_path, sandbox_ids, monkeypatch, "    | syscalls.CLONE_NEWNET\n")
+    assert "pid 1 shares the steward's network namespace" in failure
     # pid 1 was killed rather than shut down, so the session is not fully verified (C8).
     assert closed.diagnostic == "PRIVILEGED_NONZERO"
     assert processes_of(*sandbox_ids) == []
