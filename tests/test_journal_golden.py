@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -58,13 +60,33 @@ def test_writer_reproduces_each_valid_vector(tmp_path, vector):
     assert (tmp_path / "journal").read_bytes() == data
 
 
-def test_committed_golden_files_are_what_the_reference_writes():
-    """J6: golden/journal/ holds exactly what scripts/golden_reference.py writes from the spec now."""
-    result = subprocess.run(
-        [sys.executable, "-I", str(REPO / "scripts" / "golden_reference.py"), "--check"],
+def _reference_check(out: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-I", str(REPO / "scripts" / "golden_reference.py"), "--check", "--out", str(out)],
         capture_output=True, text=True, timeout=120,
     )
+
+
+def test_committed_golden_files_are_what_the_reference_writes(tmp_path):
+    """J6: golden/journal/ holds exactly what scripts/golden_reference.py writes from the spec now, and the
+    reference's check tells a copy with one byte changed, one file missing and one file too many apart,
+    naming each, so a pass of the check means the committed vectors are the spec's."""
+    committed = REPO / "golden" / "journal"
+    result = _reference_check(committed)
     assert result.returncode == 0, result.stderr
+    spoiled = tmp_path / "journal"
+    shutil.copytree(committed, spoiled)
+    changed, missing = sorted(path.name for path in spoiled.glob("*.bin"))[:2]
+    data = bytearray((spoiled / changed).read_bytes())
+    data[-1] ^= 1
+    (spoiled / changed).write_bytes(bytes(data))
+    (spoiled / missing).unlink()
+    (spoiled / "extra.bin").write_bytes(b"")
+    result = _reference_check(spoiled)
+    assert result.returncode == 1
+    assert sorted(line.split(": ")[1].split(" ")[0] for line in result.stderr.splitlines()) == sorted(
+        str(spoiled / name) for name in (changed, missing, "extra.bin")
+    )
 
 
 def test_reference_encoder_imports_only_the_standard_library():

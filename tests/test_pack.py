@@ -10,6 +10,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -73,11 +74,24 @@ def test_pack_ignores_argument_order_times_modes_owner_and_umask(tmp_path):
 
 
 def test_build_writes_only_fixed_fields():
-    """T1: every header pack writes has the fixed mode, owner, names, time and devices."""
-    data = pack.build([("demo-1.0-py3-none-any.whl", wheel_bytes())])
+    """T1: every header pack writes has the fixed mode, owner, names, time and devices, read back by the
+    standard library's own tar reader (no pax or GNU record among them), and the entries come in sorted
+    order under the one top-level directory, so the same wheels give the same bytes."""
+    wheels = [("zeta-1.0-py3-none-any.whl", wheel_bytes()), ("alpha-1.0-py3-none-any.whl", wheel_bytes())]
+    data = pack.build(wheels)
     members = ustar.scan(lambda offset, length: data[offset : offset + length], len(data))
-    assert [member.path for member in members] == ["candidate", "candidate/demo-1.0-py3-none-any.whl", "candidate/manifest.json"]
+    assert [member.path for member in members] == [
+        "candidate", "candidate/alpha-1.0-py3-none-any.whl", "candidate/manifest.json", "candidate/zeta-1.0-py3-none-any.whl",
+    ]
     assert len(data) % ustar.RECORD == 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+        read = archive.getmembers()
+        assert archive.pax_headers == {}
+    assert [(info.name, info.type) for info in read] == [(member.path, tarfile.DIRTYPE if member.path == "candidate" else tarfile.REGTYPE) for member in members]
+    for info in read:
+        fixed = (info.mode, info.uid, info.gid, info.uname, info.gname, info.mtime, info.devmajor, info.devminor, info.pax_headers)
+        assert fixed == (0o755 if info.isdir() else 0o644, 0, 0, "", "", 0, 0, 0, {}), info.name
+    assert pack.build(list(reversed(wheels))) == data
 
 
 def refused_pack(capsys, tmp_path, wheels: dict[str, bytes], rule: str) -> str:

@@ -161,7 +161,8 @@ def test_a_stage_and_a_tombstone_both_present_need_an_operator(steward, state_pa
 
 
 def test_the_rename_never_replaces_a_tombstone(steward, state_path):
-    """C5: RENAME_NOREPLACE: an existing tombstone is never overwritten by a stage."""
+    """C5: RENAME_NOREPLACE: an existing tombstone is never overwritten by a stage, not even an empty one,
+    which a plain rename(2) of a directory would replace without a word."""
     stage_id = _sealed_session(steward)
     stage = pathlib.Path(state_path) / STAGES / stage_id
     stage.mkdir()
@@ -169,6 +170,14 @@ def test_the_rename_never_replaces_a_tombstone(steward, state_path):
     with pytest.raises(Refused, match="already exists; a tombstone is never replaced"):
         retirement.rename(steward.root, stage_id)
     assert (stage / "marker").exists() and (pathlib.Path(state_path) / TOMBSTONES / stage_id / "seal.json").exists()
+    other = "empty-tombstone"
+    (pathlib.Path(state_path) / STAGES / other).mkdir()
+    (pathlib.Path(state_path) / STAGES / other / "marker").write_text("stage")
+    (pathlib.Path(state_path) / TOMBSTONES / other).mkdir()
+    with pytest.raises(Refused, match="already exists; a tombstone is never replaced"):
+        retirement.rename(steward.root, other)
+    assert (pathlib.Path(state_path) / STAGES / other / "marker").exists()
+    assert list((pathlib.Path(state_path) / TOMBSTONES / other).iterdir()) == []
 
 
 def test_a_live_stage_is_left_alone(steward, state_path):
