@@ -7,9 +7,11 @@ Pure and unprivileged: it reads files of this checkout and parses Python with ``
 from __future__ import annotations
 
 import ast
+import importlib.util
 import io
 import pathlib
 import re
+import sys
 import tokenize
 
 import pytest
@@ -186,3 +188,54 @@ def test_every_script_the_design_names_exists():
 def test_the_architecture_page_links_the_design():
     """docs/architecture.md, a newcomer's first page, links to the invariants."""
     assert "(design.md)" in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
+def _mutation_check():
+    """scripts/mutation_check.py, loaded by its path (it reads files of this checkout and runs nothing here)."""
+    spec = importlib.util.spec_from_file_location("casebox_mutation_check", ROOT / "scripts" / "mutation_check.py")
+    module = importlib.util.module_from_spec(spec)
+    # A dataclass looks its module up by name while it is built.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_invariant_has_the_one_edit_that_takes_its_guard_out():
+    """scripts/mutation_check.py's MUTATIONS holds, for every invariant here and no other, an edit of a file its Enforced-by
+    line names whose piece occurs there exactly once and whose result still compiles: what
+    scripts/mutation-check makes before it runs the Red-without-it tests, so the table cannot drift from
+    the code it edits (docs/design.md, "Invariants")."""
+    check = _mutation_check()
+    found = check.claims(DESIGN.read_text(encoding="utf-8"))
+    assert found.keys() == DEFINED.keys()
+    assert all(claim.red_tests for claim in found.values())
+    assert check.check_catalogue(found, check.in_order(found)) == []
+
+
+def test_the_catalogue_check_names_each_way_an_edit_can_miss_its_guard(monkeypatch):
+    """An edit whose piece is gone from its file, occurs twice, changes nothing, breaks the file's syntax or
+    lies in a file the Enforced-by line does not name is reported, each with its invariant."""
+    check = _mutation_check()
+    found = check.claims(DESIGN.read_text(encoding="utf-8"))
+    real = check.MUTATIONS["S3"]
+    broken = {
+        "S3": check.Mutation(real.path, "a piece that is nowhere", "x", "gone"),
+        "S1": check.Mutation("launcher/reexec.py", real.old, real.new, "another file"),
+        "S2": check.Mutation(check.MUTATIONS["S2"].path, "\n", "\n", "twice"),
+        "J4": check.Mutation(check.MUTATIONS["J4"].path, check.MUTATIONS["J4"].old, check.MUTATIONS["J4"].old, "nothing"),
+        "E4": check.Mutation(check.MUTATIONS["E4"].path, check.MUTATIONS["E4"].old, "    (\n", "syntax"),
+    }
+    monkeypatch.setattr(check, "MUTATIONS", {**check.MUTATIONS, **broken})
+    problems = check.check_catalogue(found, list(broken))
+    assert [problem.split(":")[0] for problem in problems] == list(broken)
+    assert "occurs 0 times" in problems[0] and "is not named on its Enforced-by line" in problems[1]
+    assert "occurs" in problems[2] and "changes nothing" in problems[3] and "does not compile" in problems[4]
+
+
+def test_only_a_run_whose_tests_ran_and_failed_is_red():
+    """A mutant counts as caught only when pytest ran the red tests and one failed (status 1); an error before
+    any test, a timeout, a pass or a skip proves nothing about the guard (scripts/mutation-check)."""
+    check = _mutation_check()
+    assert check.is_red(check.Run(status=1, tests=3, failures=1, skipped=0, seconds=1.0))
+    for status, failures, skipped in ((0, 0, 0), (2, 1, 0), (4, 0, 0), (5, 0, 0), (None, 0, 0), (0, 0, 3)):
+        assert not check.is_red(check.Run(status=status, tests=3, failures=failures, skipped=skipped, seconds=1.0))
