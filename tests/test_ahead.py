@@ -205,6 +205,20 @@ def test_s6_beside_a_start_ahead_passes_over_a_process_that_can_never_run_again(
         zombie.wait()
 
 
+def test_s6_beside_a_start_ahead_still_refuses_a_live_stranger_on_the_pair(sandbox_ids):
+    """S6 beside the session's own sandboxes: a running process on the pair that sits in none of their cgroups
+    and is not exiting is a stranger, not theirs, and the start ahead is refused, naming it (red when S6 passes
+    over more beside a live sandbox than its own processes and exiting ones)."""
+    uid, gid = sandbox_ids
+    stranger = subprocess.Popen(["/usr/bin/sleep", "30"], user=uid, group=gid)
+    try:
+        with pytest.raises(Refused, match=f"process {stranger.pid} \\(sleep\\) already runs as it"):
+            dedicated.require_unused(uid, gid, beside=("some-stage-1",))
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
 def test_a_sandbox_started_ahead_and_never_taken_is_closed_with_its_session(pipelined, state_path):
     """C9: a sandbox started ahead that no one takes is shut down when the session ends, by its one owner:
     its pid 1 reaped by the steward with status 0 and recorded, the cleanup proof CLEANED and VERIFIED."""

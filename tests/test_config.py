@@ -168,6 +168,18 @@ def test_flags_are_checked_like_the_file():
     assert Config().overridden(client_uids=[0, 7]).client_uids == (0, 7)
 
 
+@pytest.mark.parametrize("key", ["sandbox_uid", "sandbox_gid"])
+def test_neither_sandbox_id_is_ever_root(tmp_path, key):
+    """S6: the dedicated ids are never root's: 0 as the sandbox uid or gid is refused from the file and from a
+    flag, so no sandbox is ever configured to run as root or in root's group."""
+    path = write(tmp_path, f"{key} = 0\n")
+    error = refusal(path)
+    assert (error.where, error.rule) == (f"{path}: {key}", f"must be an integer from 1 to {config.MAX_ID}")
+    with pytest.raises(Refused) as caught:
+        Config().overridden(**{key: 0})
+    assert caught.value.where == f"--{key.replace('_', '-')}"
+
+
 def test_an_explicit_missing_config_is_refused_by_every_command(casebox, tmp_path):
     """F1: --config naming a file that does not exist is exit 64 naming it, not a silent fallback."""
     missing = tmp_path / "nope.toml"

@@ -107,6 +107,23 @@ def test_host_files_are_not_there(sandbox_ids, state_root, tmp_path):
     assert seen["/etc/shadow"] == "ENOENT" and seen[str(secret)] == "ENOENT"
 
 
+def test_dot_dot_out_of_a_mount_leads_to_the_new_root_not_the_host(sandbox_ids, state_root):
+    """S4: the host's root, which pivot_root leaves stacked over the new one, is detached: '..' out of a mount
+    of the sandbox (/work, /tmp, /proc, /dev) lands on the new root, and the host's files stay out of reach."""
+    _, seen = hostile(sandbox_ids, state_root, """
+        import errno, json, os
+        outcomes = {point: sorted(os.listdir(point + '/..')) for point in ('/', '/work', '/tmp', '/proc', '/dev')}
+        try:
+            open('/work/../etc/passwd').read(); outcomes['passwd'] = 'read'
+        except OSError as error:
+            outcomes['passwd'] = errno.errorcode[error.errno]
+        print(json.dumps(outcomes))
+    """)
+    root = seen["/"]
+    assert "work" in root and "etc" not in root, root
+    assert seen == {"/": root, "/work": root, "/tmp": root, "/proc": root, "/dev": root, "passwd": "ENOENT"}
+
+
 def test_writes_land_only_in_work_and_tmp(sandbox_ids, state_root):
     """S4: the root, /usr, /dev and /proc refuse writes; /work and /tmp accept them."""
     _, seen = hostile(sandbox_ids, state_root, """
@@ -214,9 +231,8 @@ def test_a_launcher_that_leaves_out_the_pid_namespace_never_gets_ready(tmp_path,
     """S8: the starter checks through the host's /proc that the process stage 1 reports is its own child and
     pid 1 of a pid namespace of its own before it releases it; a launcher built to leave CLONE_NEWPID out
     (provisioned as if shipped) fails the start, and no op runs."""
-    failure, closed = start_with_launcher_without(tmp_path, sandbox_ids, monkeypatch, "    | syscalls.CLONE_NEWPID\n")
+    failure, _ = start_with_launcher_without(tmp_path, sandbox_ids, monkeypatch, "    | syscalls.CLONE_NEWPID\n")
     assert "is not our child and pid 1 of a new namespace" in failure
-    assert closed.cleanup == "CLEANED" and processes_of(*sandbox_ids) == []
     assert processes_of(*sandbox_ids) == []
 
 

@@ -627,6 +627,18 @@ def test_a_receipt_of_this_attempt_for_a_case_outside_the_plan_makes_the_verdict
     assert result["verdict"] == UNVERIFIED
 
 
+def test_a_receipt_for_a_case_outside_the_plan_beside_passing_cases_never_lets_the_verdict_pass(tmp_path):
+    """E2: every case the plan names passed, and a receipt of this attempt names one more (a copy of a passing
+    one): the attempt did not run exactly the plan, so the problem alone keeps the verdict UNVERIFIED."""
+    plan = simple_plan("python-module")
+    directory = build_attempt(tmp_path, plan, passing_runs(plan))[0]
+    os.link(directory / f"{ATTEMPT}.c0.receipt.json", directory / f"{ATTEMPT}.c9.receipt.json")
+    result = judge(plan, [directory])
+    assert result["cases"] == {"c0": (PASS, "passed")}
+    assert result["report"].problems == ("unexpected_receipt",)
+    assert result["verdict"] == UNVERIFIED
+
+
 def test_an_evidence_directory_with_too_many_entries_is_not_read(tmp_path, monkeypatch):
     """E1: the listing of an evidence directory is bounded."""
     from executor.evidence import evaluate as evaluator

@@ -255,8 +255,8 @@ print(int(sys.argv[1]) + int(sys.argv[2]) + 1)
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the forge's register layout is x86_64's")
 def test_the_candidate_cannot_ptrace_the_runner_to_forge_its_exit(world, casebox, tmp_path):
     """E7: the runner makes itself non-dumpable before any test runs, so the candidate's subprocess cannot
-    seize it and rewrite its exit status at exit_group. Without the guard (and without a syscall filter) the
-    forge turns the honest FAIL into PASS."""
+    seize it and rewrite its exit status at exit_group. Without it, the execute-only interpreter copy and the
+    syscall filter all three, the forge would turn the honest FAIL into PASS."""
     hostile = calc(tmp_path / "w", files={"calc/__main__.py": PTRACE_FORGE})
     result, output = verify(world, casebox, tmp_path, [hostile])
     assert status(output) == ("FAIL", "exit_mismatch"), output
@@ -279,7 +279,9 @@ def test_a_child_cannot_open_the_runner_s_memory():
 
 def test_the_runner_process_is_not_dumpable_and_its_memory_is_closed_to_the_candidate(world, casebox, tmp_path):
     """E7: the guard itself, seen from the runner's process: PR_GET_DUMPABLE is 0, and a same-UID child cannot
-    open /proc/<runner>/mem (which no syscall filter would stop). Without the guard both tests fail."""
+    open /proc/<runner>/mem (which no syscall filter would stop). In a sandbox the execute-only copy of the
+    interpreter makes every process of it non-dumpable as well, so this and the test above stay green without
+    the runner's own PR_SET_DUMPABLE; tests/test_runner_boot.py proves that one alone, on a readable interpreter."""
     plan = {"schema": "casebox.plan.v1", "cases": [case_doc("sum", "pytest", ["tests/test_probe.py"], 120_000)]}
     result, output = verify(world, casebox, tmp_path, [calc(tmp_path / "w")], tests={"test_probe.py": RUNNER_PROBE}, plan=plan)
     assert status(output) == ("PASS", "passed"), output
@@ -396,9 +398,37 @@ def test_a_hypothesis_entry_point_in_the_candidate_never_runs_in_the_runner(worl
     "hypothesis" entry point group, and the runner's hypothesis plugin imports hypothesis (at the session's end
     at the latest), so a candidate registering one would run its code inside the runner, forging its report and
     exit, though the verifier's test imports nothing of the candidate's. Every case runs with
-    HYPOTHESIS_NO_PLUGINS set: FAIL, as the honest candidate; PASS without the guard."""
+    HYPOTHESIS_NO_PLUGINS set, and here the runner boot's finder stops it too (the entry point names a module of
+    the candidate's, which hypothesis's loader may not find): FAIL, as the honest candidate. The variable alone
+    is proved by the next test, where the verifier's test has imported the candidate first."""
     hostile = calc(tmp_path / "w", files={"calc/forge.py": RUNNER_FORGE + "\n\ndef hook():\n    pass\n"}, entry_points="[hypothesis]\nforge = calc.forge:hook\n")
     result, output = verify(world, casebox, tmp_path, [hostile], plan=HYPOTHESIS_PLAN)
+    assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
+
+
+IMPORTING_VERIFIER_TEST = '''"""The verifier's test: it imports the candidate, as most do, and checks it through a subprocess."""
+import subprocess
+import sys
+
+import calc
+
+
+def test_two_and_two():
+    out = subprocess.run([sys.executable, "-m", "calc", "2", "2"], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "4", out.stdout + out.stderr
+'''
+
+
+def test_a_hypothesis_entry_point_in_a_candidate_the_verifier_imports_never_runs_in_the_runner(world, casebox, tmp_path):
+    """E7: the runner's boot refuses the candidate's ``calc`` to hypothesis's entry point loader only until the
+    verifier's test has imported it; from then on ``calc.forge`` is a submodule of a package already loaded,
+    never asked for by its top-level name, so a function the candidate registers under the "hypothesis" group
+    would run inside the runner when its hypothesis plugin imports hypothesis at the session's end, forging its
+    report and exit. HYPOTHESIS_NO_PLUGINS alone stops it here: FAIL, as the honest candidate; PASS without it.
+    (The test above stays FAIL without it: its verifier imports nothing of the candidate's, so the boot stops
+    the import as well.)"""
+    hostile = calc(tmp_path / "w", files={"calc/forge.py": RUNNER_FORGE + "\n\ndef hook():\n    pass\n"}, entry_points="[hypothesis]\nforge = calc.forge:hook\n")
+    result, output = verify(world, casebox, tmp_path, [hostile], tests={"test_calc.py": IMPORTING_VERIFIER_TEST}, plan=HYPOTHESIS_PLAN)
     assert status(output) == ("FAIL", "exit_mismatch") and result.returncode == 1, output
 
 
@@ -721,6 +751,7 @@ def test_the_corpus_covers_every_attack_of_the_issue():
         "test_a_candidate_module_the_standard_library_imports_when_present_is_refused",
         "test_a_user_site_the_candidate_plants_in_home_never_loads_into_the_verifiers_checker",
         "test_a_hypothesis_entry_point_in_the_candidate_never_runs_in_the_runner",
+        "test_a_hypothesis_entry_point_in_a_candidate_the_verifier_imports_never_runs_in_the_runner",
         "test_a_module_the_runner_imports_when_it_finds_one_is_never_the_candidates",
         "test_a_candidate_script_named_like_a_system_command_never_stands_in_for_it",
         "test_hostile_metadata_and_requirements_reach_the_terminal_escaped",

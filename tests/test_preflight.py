@@ -134,3 +134,28 @@ def test_bad_preflight_arguments_exit_64(tmp_path, capsys, argv, rule):
     path.write_bytes(b"")
     code, out, err = run(capsys, "bundle", "preflight", str(path), *argv)
     assert code == 64 and out == "" and rule in err
+
+
+def test_the_bundle_is_hashed_as_its_private_copy_never_as_the_file_it_was_copied_from(tmp_path, monkeypatch):
+    """T3: the trusted side sizes and hashes its private copy of the bundle, the bytes the extractor will read:
+    a bundle file rewritten once its bytes were copied (here to the bytes the expected sha256 names) is refused,
+    never handed into a sandbox holding other bytes than were hashed."""
+    from executor import scratch
+
+    given, hostile, good = tmp_path / "b.tar", b"h" * 10240, b"g" * 10240
+    given.write_bytes(hostile)
+    real_fchmod = os.fchmod
+
+    def swap_after_the_copy(fd, mode):
+        given.write_bytes(good)
+        real_fchmod(fd, mode)
+
+    monkeypatch.setattr(scratch.tempfile, "tempdir", str(tmp_path))
+    place = scratch.Scratch()
+    try:
+        monkeypatch.setattr(os, "fchmod", swap_after_the_copy)
+        with pytest.raises(Refused, match=f"has sha256 {hashlib.sha256(hostile).hexdigest()}, not the expected"):
+            place.bundle(str(given), hashlib.sha256(good).hexdigest())
+    finally:
+        monkeypatch.setattr(os, "fchmod", real_fchmod)
+        place.close()

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from journal.errors import Refused
-from steward import provision
+from steward import interpreter, provision
+from steward.failure import SandboxFailure
 
 root = pytest.mark.root
 NAME = "launcher-test.pyc"
@@ -212,3 +213,23 @@ def test_a_state_root_writable_by_others_is_refused(tmp_path):
     os.chmod(state, 0o777)
     with pytest.raises(Refused, match="must be 0700"):
         provision.open_staging(str(state))
+
+
+@root
+@pytest.mark.parametrize("change", ["owner", "mode"])
+def test_a_module_directory_another_user_can_change_is_refused(tmp_path, monkeypatch, change):
+    """S1: root runs the launcher on C modules from a directory only root can change; one an unprivileged user
+    owns (a venv of its own) or may write is refused before any launcher starts, even when the modules are root's."""
+    venv = tmp_path / "site-packages"
+    venv.mkdir(mode=0o755)
+    names = [f"{module}.so" for module in interpreter.LAUNCHER_MODULES]
+    for name in names:
+        (venv / name).write_bytes(b"")
+        os.chmod(venv / name, 0o644)
+    if change == "owner":
+        os.chown(venv, 1234, 1234)
+    else:
+        os.chmod(venv, 0o777)
+    monkeypatch.setattr(interpreter, "_module_directory", lambda: (str(venv), names))
+    with pytest.raises(SandboxFailure, match=f"module directory {venv} is owned by uid"):
+        interpreter.open_runtime().close()

@@ -38,6 +38,7 @@ def test_sealed_copy_holds_the_bytes_and_all_four_seals(source_fd):
 
 
 def test_sealed_copy_refuses_bytes_that_are_not_the_authenticated_launcher(source_fd):
+    """S3: the sealed copy runs only if its bytes are the launcher the starter authenticated (its digest)."""
     with pytest.raises(reexec.SealError, match="digest mismatch"):
         reexec.sealed_copy(source_fd, hashlib.sha256(b"other").digest())
 

@@ -48,6 +48,15 @@ def _run(argv: list[str], env: dict, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
+def _runner_boot(runner: pathlib.Path) -> str:
+    """The start of the runner's ``-c`` program: the boot loaded by path, as RUNNER_BOOT loads it."""
+    return (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('casebox_runner_boot', {str(runner / 'sitecustomize.py')!r})\n"
+        "boot = importlib.util.module_from_spec(spec); spec.loader.exec_module(boot); boot.boot_runner()\n"
+    )
+
+
 def test_an_interpreter_started_with_site_finds_the_candidate_for_its_program_and_the_verifier_only(trees, tmp_path):
     """E7: with site, the boot's finder is installed at the start: ``-m calc``, ``-c "import calc"`` and the
     verifier's own script find calc; other code on the path (the runner's plugin) does not, and is told why;
@@ -70,17 +79,27 @@ def test_the_runner_gets_the_strict_finder_and_refuses_to_start_beside_another_s
     does a plugin; and it refuses to start (so the case exits 3) where an interpreter started with site would
     load another sitecustomize first, whose workers would then run without the finder."""
     runner, candidate, verifier, env = trees
-    load = (
-        "import importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('casebox_runner_boot', {str(runner / 'sitecustomize.py')!r})\n"
-        "boot = importlib.util.module_from_spec(spec); spec.loader.exec_module(boot); boot.boot_runner()\n"
-    )
+    load = _runner_boot(runner)
     for then in ("import calc", "import plugin"):
         refused = _run(["-S", "-c", load + then], env, tmp_path)
         assert refused.returncode == 1 and REFUSED in refused.stderr, (then, refused.stderr)
     (tmp_path / "sitecustomize.py").write_text("pass\n")
     shadowed = _run(["-S", "-c", load], env, tmp_path)
     assert shadowed.returncode == 1 and "would load" in shadowed.stderr and "as sitecustomize" in shadowed.stderr, shadowed.stderr
+
+
+def test_the_runner_makes_itself_non_dumpable_whatever_binary_runs_it(trees, tmp_path):
+    """E7: the runner's boot makes its own process non-dumpable (PR_SET_DUMPABLE 0) before pytest runs, so no
+    process of the same UID can ptrace it or open its /proc/PID/mem to rewrite its report or its exit status.
+    Here its interpreter is a readable binary, which leaves a process dumpable (in a sandbox the execute-only
+    copy makes it non-dumpable anyway, so the real runs there cannot tell the boot's own guard from that one):
+    dumpable without the boot, not dumpable after it. Red without the boot's prctl."""
+    runner, candidate, verifier, env = trees
+    probe = "import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"  # PR_GET_DUMPABLE
+    plain = _run(["-S", "-c", probe], env, tmp_path)
+    assert (plain.returncode, plain.stdout) == (0, "1\n"), "the precondition: this interpreter leaves its process dumpable"
+    booted = _run(["-S", "-c", _runner_boot(runner) + probe], env, tmp_path)
+    assert (booted.returncode, booted.stdout) == (0, "0\n"), booted.stderr
 
 
 def test_an_interpreter_started_with_site_searches_no_site_packages_of_its_runtime(trees, tmp_path):

@@ -461,6 +461,33 @@ def test_the_starter_refuses_a_peer_that_is_not_its_launcher(tmp_path, socket_di
         listener.close()
 
 
+def test_the_starter_releases_only_its_own_child_that_is_pid_one_of_a_new_namespace(tmp_path):
+    """S8: the starter does not take stage 1's word for pid 1: a CHILD naming its own child that is not pid 1
+    of a pid namespace of its own (what a launcher without CLONE_NEWPID reports) is refused through the host's
+    /proc, with no record and no ACK that would release it."""
+    ledger = RecordingLedger()
+    sandbox = Sandbox(Spec(2, 2), ledger, str(tmp_path))
+    sandbox.outer_launcher = subprocess.Popen(["/usr/bin/true"])
+    sandbox.unreaped[sandbox.outer_launcher.pid] = sandbox._op_id("launcher")
+    impostor = subprocess.Popen(["/usr/bin/sleep", "30"])
+    near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sandbox.channel = Channel(near, protocol.STARTER)
+        Channel(far, protocol.LAUNCHER).send("CHILD", pid=impostor.pid)
+        with pytest.raises(ProtocolError, match=f"process {impostor.pid} is not our child and pid 1 of a new namespace"):
+            sandbox._handover(sandbox.channel.receive("CHILD"))
+        far.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            far.recv(64)  # no ACK was sent
+        assert sandbox.init_pid == 0 and ledger.records == []
+    finally:
+        near.close()
+        far.close()
+        impostor.kill()
+        impostor.wait()
+        sandbox.outer_launcher.wait()
+
+
 def _hello(sandbox: Sandbox, nonce: bytes) -> None:
     near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -502,9 +529,13 @@ def test_no_sandbox_mount_propagates_even_when_the_starters_mounts_are_shared(sa
             syscalls.unshare(syscalls.CLONE_NEWNS)
             syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_SHARED)
             before = mount_table(SCRATCH)
-            run(sandbox_ids, state_root, ["/usr/bin/true"])
+            try:
+                run(sandbox_ids, state_root, ["/usr/bin/true"])
+                failure = None
+            except SandboxFailure as error:
+                failure = str(error)  # a mount made before a failed start has propagated all the same
             after = mount_table(SCRATCH)
-            os.write(write_end, json.dumps([before, after]).encode())
+            os.write(write_end, json.dumps([before, after, failure]).encode())
         finally:
             os._exit(0)
     os.close(write_end)
@@ -512,6 +543,7 @@ def test_no_sandbox_mount_propagates_even_when_the_starters_mounts_are_shared(sa
     os.close(read_end)
     os.waitpid(pid, 0)
     assert seen is not None and seen[0] == seen[1], "a sandbox mount propagated into the starter's namespace"
+    assert seen[2] is None, seen[2]
 
 
 def test_the_journal_writer_is_a_ledger_and_its_journal_verifies(sandbox_ids, state_root, tmp_path):

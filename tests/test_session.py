@@ -602,6 +602,30 @@ def test_another_member_of_the_outer_group_leaves_it_unproven(steward, monkeypat
     assert (closed.cleanup, closed.diagnostic) == ("UNVERIFIED", "OUTER_UNPROVEN")
 
 
+def test_a_member_never_shown_a_zombie_leaves_the_outer_group_unproven(steward, monkeypatch):
+    """C3: a member whose pidfd never shows it a zombie in time (stuck, or gone from the scan's sight) means no
+    absence claim, even when the scan then finds no other member of the group."""
+    session = steward.open_session("attempt-1")
+    session.start_sandbox()
+    init_pid = session.sandbox.init_pid
+    real_await = starter._await_zombie
+
+    def never_a_zombie(pid, seconds):
+        pidfd = real_await(pid, seconds)
+        if pid != init_pid or pidfd is None:
+            return pidfd
+        os.close(pidfd)
+        os.waitpid(pid, 0)  # out of the scan's sight, and never left unreaped by the test
+        return None
+
+    monkeypatch.setattr(starter, "_await_zombie", never_a_zombie)
+    session.close_sandbox()
+    monkeypatch.undo()
+    closed = session.close()
+    assert session.outer[0][2] is False
+    assert closed.cleanup == "UNVERIFIED"
+
+
 def test_a_pid_1_whose_report_never_arrived_is_reaped_and_counted(steward, state_path, monkeypatch):
     """C1, C3: stage 1 cloned pid 1 but the starter failed before learning its pid: found by group, reaped, counted."""
     def broken(self, message):
