@@ -239,3 +239,16 @@ def test_only_a_run_whose_tests_ran_and_failed_is_red():
     assert check.is_red(check.Run(status=1, tests=3, failures=1, skipped=0, seconds=1.0))
     for status, failures, skipped in ((0, 0, 0), (2, 1, 0), (4, 0, 0), (5, 0, 0), (None, 0, 0), (0, 0, 3)):
         assert not check.is_red(check.Run(status=status, tests=3, failures=failures, skipped=skipped, seconds=1.0))
+
+
+def test_every_layer_edit_names_tests_that_cite_its_invariant():
+    """Each further guard of scripts/mutation_check.py's LAYERS (a layer of docs/threat-model.md) names
+    tests that exist, each a test function whose docstring names the layer's invariant, so the red run it
+    asks for is that invariant's."""
+    check = _mutation_check()
+    for layer in check.LAYERS:
+        assert layer.invariant in DEFINED, layer
+        for test in layer.tests:
+            node = resolve(test.split("[")[0])
+            assert isinstance(node, ast.FunctionDef) and node.name.startswith("test_"), f"{test} is not a test"
+            assert layer.invariant in citations(ast.get_docstring(node) or ""), f"{test}'s docstring does not name {layer.invariant}"
