@@ -281,7 +281,20 @@ def run_tests(copy: pathlib.Path, scratch: pathlib.Path, tests: tuple[str, ...],
     return Run(status, counted["tests"], counted["failures"] + counted["errors"], counted["skipped"], seconds)
 
 
+HELP = f"""{USAGE}
+
+Take each guard out of a copy of this checkout, one at a time, and run the tests that must turn red
+without it: the guard each invariant of docs/design.md names (the table MUTATIONS) and the further
+layers of docs/threat-model.md (the table LAYERS). First every named test must pass, unskipped, on the
+code as it is. Prints one JSON line per edit; exits 0 when every edit turned its tests red, 1 when one
+did not (or a table no longer matches the code), 64 for an argument that is not an invariant. Run it as
+root, like scripts/test. INVARIANT (S3, J4, ...) limits the check to those invariants' edits."""
+
+
 def main(arguments: list[str]) -> int:
+    if arguments in (["-h"], ["--help"]):
+        print(HELP)
+        return 0
     found = claims(DESIGN.read_text(encoding="utf-8"))
     unknown = [argument for argument in arguments if argument not in found]
     if unknown:

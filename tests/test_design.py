@@ -11,6 +11,7 @@ import importlib.util
 import io
 import pathlib
 import re
+import subprocess
 import sys
 import tokenize
 
@@ -252,3 +253,14 @@ def test_every_layer_edit_names_tests_that_cite_its_invariant():
             node = resolve(test.split("[")[0])
             assert isinstance(node, ast.FunctionDef) and node.name.startswith("test_"), f"{test} is not a test"
             assert layer.invariant in citations(ast.get_docstring(node) or ""), f"{test}'s docstring does not name {layer.invariant}"
+
+
+def test_the_check_refuses_what_is_not_an_invariant_and_tells_its_usage():
+    """F1: scripts/mutation-check given a name docs/design.md does not define exits 64 with one sentence
+    naming it, before it copies or runs anything; --help prints its usage and exits 0."""
+    script = ROOT / "scripts" / "mutation-check"
+    refused = subprocess.run([str(script), "S3", "X9"], capture_output=True, text=True, timeout=60)
+    assert (refused.returncode, refused.stdout) == (64, "")
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("scripts/mutation-check: X9 is not an invariant of docs/design.md")
+    helped = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: scripts/mutation-check [INVARIANT...]")
