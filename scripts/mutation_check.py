@@ -1125,7 +1125,7 @@ LAYERS: list[Layer] = [
             "executor/cli/commands/sandbox.py",
             "        require_root(\"casebox sandbox run creates namespaces and mounts\")\n",
             "",
-            "sandbox run without root goes on instead of exiting 77 with the command to run under sudo",
+            "casebox sandbox run without root goes on instead of exiting 77 with the command to run under sudo",
         ),
         ("tests/test_sandbox_cli.py::test_without_root_it_fails_with_a_sentence",),
     ),
