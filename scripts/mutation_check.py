@@ -80,7 +80,6 @@ class Layer:
 class Claim:
     """What docs/design.md says of one invariant: the files its guard is in, and its red tests."""
 
-    invariant: str
     enforcing_files: frozenset[str]
     red_tests: tuple[str, ...]
 
@@ -95,18 +94,28 @@ class Check:
     tests: tuple[str, ...]
 
 
+def entries(text: str) -> dict[str, str]:
+    """Each invariant id the design doc defines and its entry: from its ``####`` heading to the next heading.
+    tests/test_design.py reads the doc through this too."""
+    found: dict[str, str] = {}
+    for match in ENTRY.finditer(text):
+        following = NEXT_HEADING.search(text, match.end())
+        if match.group(1) in found:
+            raise SystemExit(f"scripts/mutation-check: docs/design.md defines {match.group(1)} twice")
+        found[match.group(1)] = text[match.end():following.start() if following else len(text)]
+    return found
+
+
 def claims(text: str) -> dict[str, Claim]:
     """Each invariant entry of the design doc, read as a claim the mutation check can test."""
     found = {}
-    for match in ENTRY.finditer(text):
-        following = NEXT_HEADING.search(text, match.end())
-        body = text[match.end():following.start() if following else len(text)]
+    for invariant, body in entries(text).items():
         enforced, red = ENFORCED_LINE.search(body), RED_LINE.search(body)
         if enforced is None or red is None:
-            raise SystemExit(f"scripts/mutation-check: docs/design.md's {match.group(1)} lacks its Enforced-by or Red-without-it line")
+            raise SystemExit(f"scripts/mutation-check: docs/design.md's {invariant} lacks its Enforced-by or Red-without-it line")
         files = frozenset(reference.split("::")[0] for reference in BACKTICKED.findall(enforced.group(1)))
         tests = tuple(reference for reference in BACKTICKED.findall(red.group(1)) if reference.startswith("tests/"))
-        found[match.group(1)] = Claim(match.group(1), files, tests)
+        found[invariant] = Claim(files, tests)
     return found
 
 
@@ -210,48 +219,33 @@ def is_red(run: Run) -> bool:
     return run.status == 1 and run.failures > 0
 
 
-# prctl(2): orphans of this process's descendants are handed to it, not to init.
-PR_SET_CHILD_SUBREAPER = 36
 # How long the processes a run left behind (a sandbox's pid 1 dying of its parent's death) may take to end.
 LEFTOVER_SECONDS = 60
 
 
 def become_subreaper() -> None:
-    """Every process a test run leaves behind becomes this process's child, and :func:`run_tests` reaps it
-    as it ends, as init would: a zombie left on the dedicated ids would meet the next sandbox test's S6 check."""
-    import ctypes
+    """Every process a test run leaves behind becomes this process's child, not init's, and :func:`_reap`
+    reaps it as it ends: a zombie left on the dedicated ids would meet the next sandbox test's S6 check."""
+    import prctl
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    prctl.set_child_subreaper(True)
 
 
-def _wait_reaping(pid: int, deadline: float | None) -> int | None:
-    """Reap every child of this process as it ends until ``pid`` ends: its exit status, or None at the deadline."""
+def _reap(pid: int | None, deadline: float | None) -> int | None:
+    """Reap each child of this process as it ends, until ``pid`` has ended (its exit status) or, with ``pid``
+    None, until none is left (0); None once ``deadline`` has passed."""
     while True:
         try:
             reaped, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
+            if pid is None:
+                return 0
             raise SystemExit(f"scripts/mutation-check: process {pid} was reaped by someone else") from None
-        if reaped == pid:
+        if pid is not None and reaped == pid:
             return os.waitstatus_to_exitcode(status)
         if reaped == 0:
             if deadline is not None and time.monotonic() > deadline:
                 return None
-            time.sleep(0.02)
-
-
-def _reap_leftovers() -> bool:
-    """Reap whatever the last run left behind; False if some of it still lives after LEFTOVER_SECONDS."""
-    deadline = time.monotonic() + LEFTOVER_SECONDS
-    while True:
-        try:
-            reaped, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return True
-        if reaped == 0:
-            if time.monotonic() > deadline:
-                return False
             time.sleep(0.02)
 
 
@@ -264,13 +258,13 @@ def run_tests(copy: pathlib.Path, scratch: pathlib.Path, tests: tuple[str, ...],
     argv = [str(copy / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *tests]
     began = time.monotonic()
     process = subprocess.Popen(argv, cwd=copy, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    status = _wait_reaping(process.pid, None if timeout is None else began + timeout)
+    status = _reap(process.pid, None if timeout is None else began + timeout)
     if status is None:
         process.kill()
-        _wait_reaping(process.pid, None)
+        _reap(process.pid, None)
     process.returncode = -1 if status is None else status  # reaped here, so Popen must not wait for it
     seconds = time.monotonic() - began
-    if not _reap_leftovers():
+    if _reap(None, time.monotonic() + LEFTOVER_SECONDS) is None:
         raise SystemExit(f"scripts/mutation-check: processes started by the tests {' '.join(tests)} outlived them by {LEFTOVER_SECONDS} s")
     if status is None or not report.exists():
         return Run(status, 0, 0, 0, seconds)

@@ -25,8 +25,6 @@ DESIGN = ROOT / "docs" / "design.md"
 CITED = re.compile(r"(?<![\w.])([TDSJCEFP]\d{1,2})(?!\w)")
 # Text that looks like an id and is not one: the C0 and C1 control-character sets.
 NOT_CITATIONS = re.compile(r"\bC0\s+and\s+C1\s+control|\bC[01]\s+control|\(C0, C1, ESC")
-ENTRY = re.compile(r"^#### ([TDSJCEFP]\d{1,2})[ \t]*$", re.MULTILINE)
-NEXT_HEADING = re.compile(r"^#{1,4} ", re.MULTILINE)
 ENFORCED = re.compile(r"^- \*\*Enforced by\*\* `([^`]+)`", re.MULTILINE)
 RED = re.compile(r"^- \*\*Red without it\*\* `([^`]+)`", re.MULTILINE)
 SCRIPT_PATH = re.compile(r"`((?:scripts|\.ci)/[^`\s:]+)")
@@ -37,15 +35,19 @@ TEXT_SUFFIXES = {".md", ".yml", ".yaml", ".toml", ".ini", ".service", ".cfg"}
 SCRIPT_DIRECTORIES = ("scripts", ".ci")
 
 
-def entries(text: str) -> dict[str, str]:
-    """Each invariant id defined in ``text`` and its entry: from its ``####`` heading to the next heading."""
-    found: dict[str, str] = {}
-    for match in ENTRY.finditer(text):
-        following = NEXT_HEADING.search(text, match.end())
-        body = text[match.end():following.start() if following else len(text)]
-        assert match.group(1) not in found, f"docs/design.md defines {match.group(1)} twice"
-        found[match.group(1)] = body
-    return found
+def _load_mutation_check():
+    """scripts/mutation_check.py, loaded by its path: the one reader of docs/design.md's entries, and the
+    tables of the mutation check (it reads files of this checkout and runs nothing here)."""
+    spec = importlib.util.spec_from_file_location("casebox_mutation_check", ROOT / "scripts" / "mutation_check.py")
+    module = importlib.util.module_from_spec(spec)
+    # A dataclass looks its module up by name while it is built.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+MUTATION_CHECK = _load_mutation_check()
+entries = MUTATION_CHECK.entries
 
 
 # Python 3.12 splits an f-string into parts; its literal text is prose too.
@@ -191,22 +193,12 @@ def test_the_architecture_page_links_the_design():
     assert "(design.md)" in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
 
 
-def _mutation_check():
-    """scripts/mutation_check.py, loaded by its path (it reads files of this checkout and runs nothing here)."""
-    spec = importlib.util.spec_from_file_location("casebox_mutation_check", ROOT / "scripts" / "mutation_check.py")
-    module = importlib.util.module_from_spec(spec)
-    # A dataclass looks its module up by name while it is built.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_invariant_has_the_one_edit_that_takes_its_guard_out():
     """scripts/mutation_check.py's MUTATIONS holds, for every invariant here and no other, an edit of a file its Enforced-by
     line names whose piece occurs there exactly once and whose result still compiles: what
     scripts/mutation-check makes before it runs the Red-without-it tests, so the table cannot drift from
     the code it edits (docs/design.md, "Invariants")."""
-    check = _mutation_check()
+    check = MUTATION_CHECK
     found = check.claims(DESIGN.read_text(encoding="utf-8"))
     assert found.keys() == DEFINED.keys()
     assert all(claim.red_tests for claim in found.values())
@@ -216,7 +208,7 @@ def test_every_invariant_has_the_one_edit_that_takes_its_guard_out():
 def test_the_catalogue_check_names_each_way_an_edit_can_miss_its_guard(monkeypatch):
     """An edit whose piece is gone from its file, occurs twice, changes nothing, breaks the file's syntax or
     lies in a file the Enforced-by line does not name is reported, each with its invariant."""
-    check = _mutation_check()
+    check = MUTATION_CHECK
     found = check.claims(DESIGN.read_text(encoding="utf-8"))
     real = check.MUTATIONS["S3"]
     broken = {
@@ -236,7 +228,7 @@ def test_the_catalogue_check_names_each_way_an_edit_can_miss_its_guard(monkeypat
 def test_only_a_run_whose_tests_ran_and_failed_is_red():
     """A mutant counts as caught only when pytest ran the red tests and one failed (status 1); an error before
     any test, a timeout, a pass or a skip proves nothing about the guard (scripts/mutation-check)."""
-    check = _mutation_check()
+    check = MUTATION_CHECK
     assert check.is_red(check.Run(status=1, tests=3, failures=1, skipped=0, seconds=1.0))
     for status, failures, skipped in ((0, 0, 0), (2, 1, 0), (4, 0, 0), (5, 0, 0), (None, 0, 0), (0, 0, 3)):
         assert not check.is_red(check.Run(status=status, tests=3, failures=failures, skipped=skipped, seconds=1.0))
@@ -246,7 +238,7 @@ def test_every_layer_edit_names_tests_that_cite_its_invariant():
     """Each further guard of scripts/mutation_check.py's LAYERS (a layer of docs/threat-model.md) names
     tests that exist, each a test function whose docstring names the layer's invariant, so the red run it
     asks for is that invariant's."""
-    check = _mutation_check()
+    check = MUTATION_CHECK
     for layer in check.LAYERS:
         assert layer.invariant in DEFINED, layer
         for test in layer.tests:
